@@ -1,0 +1,23 @@
+"""Simulators for rl_speed: plain numpy + gymnasium, never ray or torch.
+
+The folder is ``envs/`` but the import name is ``rl_speed_envs`` so it cannot shadow a user's own ``envs`` module.
+Nothing is registered at import time; ``rl_speed.register()`` (or :func:`register_gymnasium`) does that.
+"""
+
+from rl_speed_envs.snake import SnakeEnv, SnakeVectorEnv
+
+__all__ = ["SnakeEnv", "SnakeVectorEnv", "register_gymnasium", "GYMNASIUM_IDS"]
+
+#: gymnasium id -> (entry point, vector entry point)
+GYMNASIUM_IDS = {
+    "rl_speed/Snake-v0": ("rl_speed_envs.snake:SnakeEnv", "rl_speed_envs.snake:SnakeVectorEnv"),
+}
+
+
+def register_gymnasium() -> None:
+    """Registers every simulator with gymnasium (idempotent), so ``gym.make`` / ``gym.make_vec`` find them."""
+    import gymnasium as gym
+
+    for env_id, (entry_point, vector_entry_point) in GYMNASIUM_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, vector_entry_point=vector_entry_point)

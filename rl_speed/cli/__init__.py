@@ -1,0 +1,1 @@
+"""The ``rl-speed`` and ``rllib`` console commands."""

@@ -1,0 +1,70 @@
+"""``rl-speed train FILE.yaml`` and its muscle-memory twin ``rllib train file FILE.yaml``.
+
+The file is parsed and validated completely before Ray starts, so a bad file costs a second, not a cluster start,
+and ends with exit status 2 and a one-paragraph message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, parse_json_flag
+
+USAGE_ERROR = 2
+
+
+def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Fast RLlib training from YAML experiment files.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="run the experiments of a YAML file through Ray Tune")
+    train.add_argument("file", help="YAML file: {name: {run, env, stop, config, checkpoint_config}}")
+    train.add_argument("--stop", help="JSON dict merged over each experiment's `stop`, e.g. '{\"time_total_s\": 60}'")
+    train.add_argument("--config", help="JSON dict deep-merged over each experiment's `config`")
+    train.add_argument("--storage-path", help="where Tune writes results and checkpoints (default ~/ray_results)")
+    train.add_argument("--num-cpus", type=int, help="CPUs of the local Ray this command starts")
+    train.add_argument("--num-gpus", type=int, help="GPUs of the local Ray this command starts")
+    train.add_argument("--address", help="join a running Ray cluster (inside `ray job submit` this is automatic)")
+    train.add_argument("-v", "--verbose", action="store_true", help="show Tune's table and the workers' logs")
+    return parser
+
+
+def train(args: argparse.Namespace) -> int:
+    try:
+        experiments = load_experiments(args.file, parse_json_flag("--stop", args.stop),
+                                       parse_json_flag("--config", args.config))
+    except ExperimentFileError as e:
+        print(str(e), file=sys.stderr)
+        return USAGE_ERROR
+    from rl_speed.cli.train import init_ray, run_experiments
+
+    import ray
+
+    init_ray(args.address, args.num_cpus, args.num_gpus, args.verbose)
+    try:
+        return run_experiments(experiments, args.storage_path, verbose=args.verbose)
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        return train(args)
+    return USAGE_ERROR
+
+
+def rllib_main(argv: list[str] | None = None) -> int:
+    """``rllib train file FILE.yaml [flags]``: the command Ray removed, for users' muscle memory."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] != ["train", "file"]:
+        print("rl_speed's `rllib` runs YAML experiments only: rllib train file FILE.yaml [--stop JSON] [--config JSON] "
+              "[--storage-path DIR] [--num-cpus N] [--num-gpus N] [--address ADDR]. See `rl-speed train --help`.",
+              file=sys.stderr)
+        return USAGE_ERROR
+    args = build_parser("rllib train file").parse_args(["train", *argv[2:]])
+    return train(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

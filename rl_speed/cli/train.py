@@ -1,0 +1,98 @@
+"""Runs validated experiments through Ray Tune with a live progress line and a final readout."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from rl_speed.cli.experiment_file import Experiment
+
+
+def progress_fields(result: dict) -> dict[str, float]:
+    """The numbers the progress line shows, from one RLlib result dict (missing ones are NaN)."""
+    runners = result.get("env_runners", {})
+    steps_this_iter = runners.get("num_env_steps_sampled", float("nan"))
+    seconds = result.get("time_this_iter_s") or float("nan")
+    return {
+        "iteration": result.get("training_iteration", 0),
+        "env_steps": runners.get("num_env_steps_sampled_lifetime", float("nan")),
+        "env_steps_per_s": steps_this_iter / seconds,
+        "return_mean": runners.get("episode_return_mean", float("nan")),
+        "time_total_s": result.get("time_total_s", float("nan")),
+    }
+
+
+def format_progress(name: str, f: dict[str, float]) -> str:
+    return (f"{name} | iter {f['iteration']:,} | env steps {f['env_steps']:,.0f} | "
+            f"{f['env_steps_per_s']:,.0f} env steps/s | return {f['return_mean']:.3f} | {f['time_total_s']:.0f} s")
+
+
+def make_progress_callback(name: str, stream: TextIO = sys.stdout) -> Any:
+    """A Tune callback printing one progress line per result; it redraws in place on a terminal."""
+    from ray.tune import Callback
+
+    class ProgressLine(Callback):
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            line = format_progress(name if len(trials) == 1 else f"{name}/{trial.trial_id}", progress_fields(result))
+            if stream.isatty():
+                stream.write("\r\033[K" + line)
+            else:
+                stream.write(line + "\n")
+            stream.flush()
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            stream.write(f"\n{name}: trial {trial.trial_id} failed; see {trial.error_file}\n")
+
+    return ProgressLine()
+
+
+def run_experiments(experiments: list[Experiment], storage_path: str | None, verbose: bool = False,
+                    stream: TextIO = sys.stdout) -> int:
+    """Runs each experiment with Tune (Ray must be initialized); returns a process exit status."""
+    from ray import tune
+
+    status = 0
+    for exp in experiments:
+        run_config = tune.RunConfig(
+            name=exp.name,
+            storage_path=str(Path(storage_path).resolve()) if storage_path else None,
+            stop=exp.stop or None,
+            checkpoint_config=tune.CheckpointConfig(**exp.checkpoint_config),
+            callbacks=[make_progress_callback(exp.name, stream)],
+            verbose=1 if verbose else 0,
+        )
+        tuner = tune.Tuner(exp.algo_class, param_space=exp.config,
+                           tune_config=tune.TuneConfig(num_samples=exp.num_samples), run_config=run_config)
+        start = time.perf_counter()
+        results = tuner.fit()
+        wall = time.perf_counter() - start
+        stream.write("\n" if stream.isatty() else "")
+        stream.write(f"{exp.name}: finished in {wall:.0f} s. Results: {results.experiment_path}\n")
+        for result in results:
+            if result.error is not None:
+                status = 1
+                stream.write(f"  trial at {result.path} FAILED: {type(result.error).__name__}: {result.error}\n")
+                continue
+            f = progress_fields(result.metrics or {})
+            mean_rate = f["env_steps"] / f["time_total_s"] if f["time_total_s"] else float("nan")
+            stream.write(f"  {f['env_steps']:,.0f} env steps in {f['iteration']} iterations, "
+                         f"{mean_rate:,.0f} env steps/s on average, final mean return {f['return_mean']:.3f}\n")
+            stream.write(f"  trial results: {result.path}\n")
+            if result.checkpoint is not None:
+                stream.write(f"  checkpoint:    {result.checkpoint.path}\n")
+    stream.flush()
+    return status
+
+
+def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, verbose: bool) -> None:
+    """Joins ``address``, or the cluster of the ``ray job`` we run in (RAY_ADDRESS), or starts a private local Ray."""
+    import ray
+
+    if address or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address, log_to_driver=verbose)
+    else:
+        # address="local" always starts a new Ray, never attaching to some other `ray start` on this machine.
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)

@@ -1,0 +1,107 @@
+"""What rl_speed makes known to Ray Tune, RLlib and gymnasium, and how names resolve to classes.
+
+Environments are registered under versioned ids (``rl_speed/Snake-v0``) both with Tune's ``register_env`` (what
+RLlib looks up first, also on remote workers) and with gymnasium (``gym.make`` / ``gym.make_vec``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable
+
+import gymnasium as gym
+
+import rl_speed_envs
+
+#: env id -> (scalar env class path, vector env class path)
+ENVIRONMENTS: dict[str, tuple[str, str]] = dict(rl_speed_envs.GYMNASIUM_IDS)
+#: algorithm name -> "module:Class"; filled as rl_speed's algorithms land.
+ALGORITHMS: dict[str, str] = {}
+
+_registered = False
+
+
+def _load(path: str) -> Any:
+    """Imports ``"package.module:Name"``."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def make_env_creator(env_id: str) -> Callable[[dict], gym.Env | gym.vector.VectorEnv]:
+    """A Tune env creator: builds the scalar env, or the native vector env when RLlib passes ``num_envs``.
+
+    RLlib's ``gym_env_vectorize_mode="vector_entry_point"`` calls the creator with ``env_config | {"num_envs": N}``;
+    ``"sync"``/``"async"`` call it once per sub-env without ``num_envs``.
+    """
+    scalar_path, vector_path = ENVIRONMENTS[env_id]
+
+    def creator(env_config: dict) -> gym.Env | gym.vector.VectorEnv:
+        kwargs = dict(env_config)
+        if "num_envs" in kwargs:
+            return _load(vector_path)(**kwargs)
+        return _load(scalar_path)(**kwargs)
+
+    return creator
+
+
+def check_env_config(env_id: str, env_config: dict) -> None:
+    """Raises ``ValueError`` naming the bad key if ``env_config`` does not fit an rl_speed env's arguments."""
+    scalar = _load(ENVIRONMENTS[env_id][0])
+    accepted = [p for p in inspect.signature(scalar.__init__).parameters if p != "self"]
+    for key in env_config:
+        if key not in accepted:
+            raise ValueError(f"`env_config` key {key!r} is not an argument of {env_id}; accepted: {', '.join(accepted)}.")
+    scalar(**env_config).close()  # the env's own validation names bad values
+
+
+def register() -> None:
+    """Registers environments (Tune + gymnasium) and algorithms (Tune). Safe to call any number of times."""
+    global _registered
+    if _registered:
+        return
+    from ray.tune.registry import register_env, register_trainable
+
+    rl_speed_envs.register_gymnasium()
+    for env_id in ENVIRONMENTS:
+        register_env(env_id, make_env_creator(env_id))
+    for name, path in ALGORITHMS.items():
+        register_trainable(name, _load(path))
+    _registered = True
+
+
+def resolve_algorithm(name: str) -> type:
+    """Maps a ``run:`` name to an Algorithm class: rl_speed's own first, then RLlib's built-ins.
+
+    Raises ``KeyError`` with the known names when there is no such algorithm. Only the named algorithm is imported
+    (passing a name string to Tune would import all of them).
+    """
+    if name in ALGORITHMS:
+        return _load(ALGORITHMS[name])
+    from ray.rllib.algorithms.registry import ALGORITHMS as RLLIB_ALGORITHMS
+
+    if name in RLLIB_ALGORITHMS:
+        algo_class, _ = RLLIB_ALGORITHMS[name]()
+        return algo_class
+    raise KeyError(name)
+
+
+def known_algorithms() -> list[str]:
+    from ray.rllib.algorithms.registry import ALGORITHMS as RLLIB_ALGORITHMS
+
+    return sorted(set(ALGORITHMS) | set(RLLIB_ALGORITHMS))
+
+
+def env_is_known(env: str) -> bool:
+    """True if RLlib can build ``env``: a Tune-registered name, a gymnasium id, or a ``module:EnvId`` string."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    if env in ENVIRONMENTS or _global_registry.contains(ENV_CREATOR, env) or env in gym.registry:
+        return True
+    if ":" in env:  # gymnasium imports the module, which registers the id
+        try:
+            gym.spec(env)
+            return True
+        except Exception:
+            return False
+    return False
