@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,16 @@ def load_experiments(path: str | Path, stop_override: dict | None = None,
     if not isinstance(raw, dict) or not raw:
         raise ExperimentFileError(source, None, "the file does not hold a mapping of experiment names to experiments.",
                                   "start the file with `my-experiment:` and indent `run:`, `env:`, `config:` under it.")
-    return [_experiment(source, str(name), spec, stop_override or {}, config_override or {})
-            for name, spec in raw.items()]
+    # Building configs makes RLlib log advice ("You are running PPO on the new API stack!") that would bury our
+    # one-paragraph errors; the trial logs it again when it really starts.
+    rllib_logger = logging.getLogger("ray.rllib")
+    level = rllib_logger.level
+    rllib_logger.setLevel(logging.ERROR)
+    try:
+        return [_experiment(source, str(name), spec, stop_override or {}, config_override or {})
+                for name, spec in raw.items()]
+    finally:
+        rllib_logger.setLevel(level)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -200,7 +209,7 @@ def _checkpoint_config(source: str, name: str, spec: dict) -> dict:
     from ray.tune import CheckpointConfig
 
     value = {"checkpoint_at_end": True} | _mapping(source, name, spec, "checkpoint_config")
-    allowed = [f.name for f in dataclasses.fields(CheckpointConfig)]
+    allowed = [f.name for f in dataclasses.fields(CheckpointConfig) if not f.name.startswith("_")]
     for key in value:
         if key not in allowed:
             raise ExperimentFileError(source, f"{name}.checkpoint_config.{key}",

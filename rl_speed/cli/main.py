@@ -12,6 +12,8 @@ import sys
 from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, parse_json_flag
 
 USAGE_ERROR = 2
+#: benchmark name -> module with a run(repeats) -> markdown function
+BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -26,6 +28,9 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     train.add_argument("--num-gpus", type=int, help="GPUs of the local Ray this command starts")
     train.add_argument("--address", help="join a running Ray cluster (inside `ray job submit` this is automatic)")
     train.add_argument("-v", "--verbose", action="store_true", help="show Tune's table and the workers' logs")
+    bench = commands.add_parser("bench", help="run a benchmark and print its markdown table (see BENCHMARKS.md)")
+    bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
+    bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
     return parser
 
 
@@ -51,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)
+    if args.command == "bench":
+        import importlib
+
+        print(importlib.import_module(BENCHMARKS[args.name]).run(args.repeats))
+        return 0
     return USAGE_ERROR
 
 

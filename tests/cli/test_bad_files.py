@@ -1,0 +1,77 @@
+"""A bad experiment file ends with one clear paragraph and exit status 2, before Ray starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_speed.cli.main import main, rllib_main
+
+BAD = Path(__file__).parent / "bad_files"
+GOOD = Path(__file__).parents[2] / "tuned_examples" / "snake_ppo.yaml"
+
+# file -> fragments the message must contain (the key that is wrong, and what to do)
+CASES = {
+    "missing_run.yaml": ["snake.run", "has no `run` key", "add `run: PPO`"],
+    "unknown_algorithm.yaml": ["snake.run", "unknown algorithm 'PPOO'", "did you mean 'PPO'", "use one of"],
+    "unknown_env.yaml": ["snake.env", "unknown environment 'rl_speed/Snak-v0'", "did you mean 'rl_speed/Snake-v0'"],
+    "syntax_error.yaml": ["YAML syntax error at line", "check indentation"],
+    "unknown_config_key.yaml": ["snake.config.learning_rate", "not a config key of PPO"],
+    "unknown_experiment_key.yaml": ["snake.stopp", "did you mean 'stop'", "use only run, env"],
+    "bad_env_config.yaml": ["snake.config.env_config", "`height`=2", "integer from 4 to 64"],
+    "unknown_env_config_key.yaml": ["snake.config.env_config", "'hieght'", "accepted: height, width"],
+    "bad_stop_value.yaml": ["snake.stop.training_iteration", "not a number"],
+    "rllib_rejects_config.yaml": ["snake.config", "minibatch_size", "train_batch_size_per_learner"],
+    "not_a_mapping.yaml": ["mapping of experiment names"],
+    "bad_checkpoint_key.yaml": ["snake.checkpoint_config.checkpoint_every", "checkpoint_frequency"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_file_gets_one_paragraph_naming_file_key_and_fix(name, capsys):
+    import ray
+
+    status = main(["train", str(BAD / name)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert not ray.is_initialized()  # rejected before any Ray process started
+    assert err.startswith(f"Error in {BAD / name}") and "Fix:" in err
+    assert "\n\n" not in err and "Traceback" not in err
+    for fragment in CASES[name]:
+        assert fragment in err, (fragment, err)
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--stop", "{training_iteration: 1}"], ["the --stop flag", "not valid JSON"]),
+        (["--config", "[1, 2]"], ["the --config flag", "not a JSON object"]),
+        (["--config", '{"lrr": 0.1}'], ["snake-ppo.config.lrr", "did you mean 'lr'"]),
+    ],
+)
+def test_bad_flags_are_reported_like_bad_files(flags, fragments, capsys):
+    assert main(["train", str(GOOD), *flags]) == 2
+    err = capsys.readouterr().err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def test_missing_file(capsys):
+    assert main(["train", "no/such/file.yaml"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_console_scripts_exit_with_status_2():
+    bin_dir = Path(sys.executable).parent
+    for cmd in ([bin_dir / "rl-speed", "train"], [bin_dir / "rllib", "train", "file"]):
+        proc = subprocess.run([*map(str, cmd), str(BAD / "unknown_env.yaml")], capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stderr
+        assert "unknown environment" in proc.stderr and proc.stdout == ""
+
+
+def test_rllib_command_only_knows_train_file(capsys):
+    assert rllib_main(["rollout", "x"]) == 2
+    assert "rllib train file FILE.yaml" in capsys.readouterr().err

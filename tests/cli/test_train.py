@@ -1,0 +1,41 @@
+"""`rl-speed train` and `rllib train file` run a real (tiny) training, show progress and write results."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+TINY = {"train_batch_size_per_learner": 1024, "minibatch_size": 256, "num_epochs": 1,
+        "num_envs_per_env_runner": 16, "rollout_fragment_length": 64}
+
+
+def _run(cmd: list[str], storage: Path, env: dict) -> subprocess.CompletedProcess:
+    bin_dir = Path(sys.executable).parent
+    args = [str(bin_dir / cmd[0]), *cmd[1:], str(ROOT / "tuned_examples" / "snake_ppo.yaml"),
+            "--stop", json.dumps({"training_iteration": 3}), "--config", json.dumps(TINY),
+            "--storage-path", str(storage), "--num-cpus", "2"]
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+
+
+@pytest.mark.parametrize("cmd", [["rl-speed", "train"], ["rllib", "train", "file"]])
+def test_train_shows_progress_and_writes_results_and_checkpoint(cmd, tmp_path, cli_env):
+    proc = _run(cmd, tmp_path, cli_env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("snake-ppo | iter")]
+    assert [p.split("|")[1].strip() for p in progress] == ["iter 1", "iter 2", "iter 3"], proc.stdout
+    assert all("env steps/s" in p and "return" in p for p in progress)
+    assert any("env steps/s on average" in line for line in lines)
+    trial_dirs = list((tmp_path / "snake-ppo").glob("PPO_*"))
+    assert len(trial_dirs) == 1
+    rows = list(csv.DictReader(open(trial_dirs[0] / "progress.csv")))
+    assert len(rows) == 3 and int(float(rows[-1]["env_runners/num_env_steps_sampled_lifetime"])) >= 3 * 1024
+    assert list(trial_dirs[0].glob("events.out.tfevents.*")), "TensorBoard event file missing"
+    checkpoint = [line.split("checkpoint:")[1].strip() for line in lines if "checkpoint:" in line]
+    assert checkpoint and Path(checkpoint[0]).is_dir() and any(Path(checkpoint[0]).iterdir())
