@@ -17,7 +17,9 @@ import rl_speed_envs
 #: env id -> (scalar env class path, vector env class path)
 ENVIRONMENTS: dict[str, tuple[str, str]] = dict(rl_speed_envs.GYMNASIUM_IDS)
 #: algorithm name -> "module:Class"; filled as rl_speed's algorithms land.
-ALGORITHMS: dict[str, str] = {}
+ALGORITHMS: dict[str, str] = {
+    "FastDQN": "rl_speed.algorithms.fast_dqn:FastDQN",
+}
 
 _registered = False
 

@@ -13,7 +13,7 @@ from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, 
 
 USAGE_ERROR = 2
 #: benchmark name -> module with a run(repeats) -> markdown function
-BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env"}
+BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:

@@ -1,0 +1,250 @@
+"""FastDQN: RLlib's DQN on the columnar data path.
+
+Same config keys, module and learner (loss) as RLlib's DQN; what changes is the data path of ``training_step``:
+
+    BatchedEnvRunner.sample() -> [T, N] columns -> BatchedReplayBuffer.add_batch (one call per runner)
+    -> buffer.sample(k * B) (vectorized n-step, prioritized) -> learner_group.update(batch=..., minibatch_size=B)
+
+``learner_group.update(batch=...)`` skips RLlib's episode-to-batch learner connector pipeline, and one call runs all
+``k`` gradient steps the replay ratio asks for this iteration (k minibatches of B). Priorities are updated from the
+learner's per-sample TD errors after that call, and the target network follows ``target_network_update_freq`` as in
+DQN. Difference from stock DQN (stated, not hidden): the k minibatches of one iteration are drawn together, so the
+later ones do not see priority changes from the earlier ones of the same iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ray.rllib.algorithms.dqn import DQN, DQNConfig
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    REPLAY_BUFFER_ADD_DATA_TIMER,
+    REPLAY_BUFFER_SAMPLE_TIMER,
+    REPLAY_BUFFER_UPDATE_PRIOS_TIMER,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TD_ERROR_KEY,
+    TIMERS,
+)
+
+from rl_speed.buffers import BatchedReplayBuffer
+from rl_speed.env_runners import BatchedEnvRunner
+
+PRIORITIZED_TYPES = ("PrioritizedEpisodeReplayBuffer", "PrioritizedReplayBuffer", "MultiAgentPrioritizedReplayBuffer",
+                     "MultiAgentPrioritizedEpisodeReplayBuffer", "BatchedReplayBuffer:prioritized")
+UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer", "MultiAgentEpisodeReplayBuffer",
+                 "BatchedReplayBuffer")
+
+
+class FastDQNConfig(DQNConfig):
+    """DQNConfig plus two keys; every DQN key keeps its meaning.
+
+    * ``train_every_env_steps``: one update of ``train_batch_size`` per this many sampled env steps (the seeds'
+      "train every k steps"); an alternative to ``training_intensity`` (= batch size / k). Default: neither, which
+      means one update per ``training_step``, like RLlib's native ratio.
+    * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
+
+    ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured; a ``type`` naming one of RLlib's
+    prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling.
+    """
+
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or FastDQN)
+        self.env_runner_cls = BatchedEnvRunner
+        self.train_every_env_steps: int | None = None
+        self.sync_weights_every: int = 1
+        # Checkpoints include the replay buffer (RLlib's key; its default is False).
+        self.store_buffer_in_checkpoints = True
+
+    @override(DQNConfig)
+    def validate(self) -> None:
+        if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and _has_vector_entry_point(self.env):
+            self.gym_env_vectorize_mode = "vector_entry_point"  # native vector env where the env has one
+        rb = self.replay_buffer_config
+        kind = rb.get("type")
+        kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+        if kind not in PRIORITIZED_TYPES + UNIFORM_TYPES:
+            self._value_error(f"FastDQN: `replay_buffer_config.type`={kind!r} is not supported; use one of "
+                              f"{', '.join(PRIORITIZED_TYPES + UNIFORM_TYPES)} (all map to rl_speed's BatchedReplayBuffer).")
+        # Stock DQN's validate() insists on episode buffers by class; check ours, then let it check the rest.
+        saved = dict(rb)
+        self.replay_buffer_config = {**rb, "type": "PrioritizedEpisodeReplayBuffer" if kind in PRIORITIZED_TYPES
+                                     else "EpisodeReplayBuffer"}
+        try:
+            super().validate()
+        finally:
+            self.replay_buffer_config = saved
+        batch = self.total_train_batch_size
+        capacity = rb.get("capacity", 0)
+        if not isinstance(capacity, int) or capacity < batch:
+            self._value_error(f"FastDQN: `replay_buffer_config.capacity`={capacity!r} must be an integer >= the train "
+                              f"batch size ({batch}); raise the capacity or lower `train_batch_size_per_learner`.")
+        if isinstance(self.n_step, (tuple, list)) or not isinstance(self.n_step, int) or self.n_step < 1:
+            self._value_error(f"FastDQN: `n_step`={self.n_step!r} must be an integer >= 1 (ranges are not supported).")
+        if rb.get("alpha", 0.6) < 0:
+            self._value_error(f"FastDQN: `replay_buffer_config.alpha`={rb['alpha']!r} must be >= 0.")
+        if not 0 <= rb.get("beta", 0.4) <= 1:
+            self._value_error(f"FastDQN: `replay_buffer_config.beta`={rb['beta']!r} must be in [0, 1].")
+        if self.training_intensity is not None and self.training_intensity <= 0:
+            self._value_error(f"FastDQN: `training_intensity`={self.training_intensity!r} must be > 0.")
+        k = self.train_every_env_steps
+        if k is not None and (not isinstance(k, int) or k < 1):
+            self._value_error(f"FastDQN: `train_every_env_steps`={k!r} must be an integer >= 1.")
+        if k is not None and self.training_intensity is not None:
+            self._value_error("FastDQN: set either `training_intensity` or `train_every_env_steps`, not both.")
+        if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
+            self._value_error(f"FastDQN: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
+        if not self.in_evaluation and self.batch_mode != "truncate_episodes":
+            self._value_error("FastDQN: `batch_mode` must be 'truncate_episodes' (columns have a fixed length).")
+
+    @property
+    def prioritized(self) -> bool:
+        kind = self.replay_buffer_config.get("type")
+        return (kind if isinstance(kind, str) else getattr(kind, "__name__", "")) in PRIORITIZED_TYPES
+
+
+def _has_vector_entry_point(env: Any) -> bool:
+    if not isinstance(env, str):
+        return False
+    from rl_speed.registry import ENVIRONMENTS
+
+    if env in ENVIRONMENTS:
+        return True
+    try:
+        return gym.spec(env).vector_entry_point is not None
+    except Exception:
+        return False
+
+
+class FastDQN(DQN):
+    """DQN whose training step moves ``[T, N]`` columns, never episode objects (see the module docstring)."""
+
+    @classmethod
+    @override(DQN)
+    def get_default_config(cls) -> FastDQNConfig:
+        return FastDQNConfig()
+
+    @override(DQN)
+    def _create_local_replay_buffer_if_necessary(self, config: Any) -> None:
+        return None  # RLlib's episode buffer is replaced by ours, built in setup() once the spaces are known
+
+    @override(DQN)
+    def setup(self, config: Any) -> None:
+        super().setup(config)
+        cfg = self.config
+        spaces = self.env_runner_group.local_env_runner.get_spaces()
+        action_space = spaces["__env_single__"][1] if "__env_single__" in spaces else spaces[DEFAULT_MODULE_ID][1]
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"FastDQN needs a Discrete action space; {cfg.env!r} has {action_space}. "
+                             "Use FastPPO (or SAC) for continuous actions.")
+        self._lanes_per_runner = cfg.num_envs_per_env_runner
+        rb = cfg.replay_buffer_config
+        self._buffer = BatchedReplayBuffer(
+            capacity=rb["capacity"], num_lanes=max(1, cfg.num_env_runners) * self._lanes_per_runner,
+            prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4), seed=cfg.seed)
+        self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
+
+    @property
+    def replay_buffer(self) -> BatchedReplayBuffer:
+        return self._buffer
+
+    @override(DQN)
+    def training_step(self) -> None:
+        cfg = self.config
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            samples = self._sample_columns()
+        self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
+        sampled = 0
+        with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
+            for worker_index, columns, _ in samples:
+                lane = max(0, worker_index - 1) * self._lanes_per_runner
+                self._buffer.add_batch({"obs": columns["obs"][:-1], "next_obs": columns["obs"][1:],
+                                        **{k: columns[k] for k in ("actions", "rewards", "terminateds",
+                                                                   "truncateds", "valid")}}, lane_start=lane)
+                sampled += int(columns["valid"].sum())
+
+        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        batch_size = cfg.total_train_batch_size
+        self._update_credit += self._updates_owed(sampled, batch_size)
+        num_updates = int(self._update_credit)
+        self._update_credit -= num_updates
+        if lifetime >= cfg.num_steps_sampled_before_learning_starts and num_updates > 0:
+            self._learn(num_updates, batch_size, lifetime)
+        self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
+
+        if self.iteration % cfg.sync_weights_every == 0:
+            with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+                self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                                   inference_only=True)
+
+    def _updates_owed(self, sampled: int, batch_size: int) -> float:
+        cfg = self.config
+        if cfg.train_every_env_steps is not None:
+            return sampled / cfg.train_every_env_steps
+        if cfg.training_intensity is not None:
+            return sampled * cfg.training_intensity / batch_size
+        return 1.0
+
+    def _sample_columns(self) -> list[tuple[int, dict, dict]]:
+        """``(worker_index, columns, metrics)`` from every runner; remote ones in parallel."""
+        def sample(runner: BatchedEnvRunner) -> tuple[int, dict, dict]:
+            return runner.worker_index, runner.sample(), runner.get_metrics()
+
+        if self.env_runner_group.num_remote_env_runners() == 0:
+            return [sample(self.env_runner)]
+        return self.env_runner_group.foreach_env_runner(sample, local_env_runner=False,
+                                                        timeout_seconds=self.config.sample_timeout_s)
+
+    def _learn(self, num_updates: int, batch_size: int, lifetime: int) -> None:
+        cfg = self.config
+        with self.metrics.log_time((TIMERS, REPLAY_BUFFER_SAMPLE_TIMER)):
+            sample = self._buffer.sample(num_updates * batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
+                                         beta=cfg.replay_buffer_config.get("beta"))
+        train = SampleBatch({
+            "obs": sample["obs"], "new_obs": sample["next_obs"], "actions": sample["actions"],
+            "rewards": sample["rewards"], "terminateds": sample["terminateds"],
+            "n_step": sample["n_step"].astype(np.float32), "weights": sample["weights"],
+        })
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            results = self.learner_group.update(
+                batch=MultiAgentBatch({DEFAULT_MODULE_ID: train}, env_steps=len(train)),
+                minibatch_size=batch_size, num_epochs=1, shuffle_batch_per_epoch=False,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime},
+            )
+            td_errors = [np.asarray(r[DEFAULT_MODULE_ID].pop(TD_ERROR_KEY).peek()).reshape(-1)
+                         for r in results if TD_ERROR_KEY in r.get(DEFAULT_MODULE_ID, {})]
+            self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        self.metrics.log_value("num_learner_updates", num_updates, reduce="sum", with_throughput=True)
+        if cfg.prioritized and td_errors:
+            with self.metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
+                td = np.concatenate(td_errors)
+                if len(td) != len(sample["indices"]):
+                    raise RuntimeError(f"FastDQN: got {len(td)} TD errors for {len(sample['indices'])} samples.")
+                self._buffer.update_priorities(sample["indices"], np.abs(td))
+
+    @override(DQN)
+    def get_state(self, *args: Any, **kwargs: Any) -> dict:
+        state = super().get_state(*args, **kwargs)
+        if self.config.store_buffer_in_checkpoints:
+            state["rl_speed_replay_buffer"] = self._buffer.get_state()
+        state["rl_speed_update_credit"] = self._update_credit
+        return state
+
+    @override(DQN)
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        if "rl_speed_replay_buffer" in state:
+            self._buffer.set_state(state["rl_speed_replay_buffer"])
+        self._update_credit = state.get("rl_speed_update_credit", self._update_credit)
+

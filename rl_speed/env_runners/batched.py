@@ -1,0 +1,185 @@
+"""BatchedEnvRunner: an RLlib EnvRunner that returns ``[T, N]`` column arrays instead of episode objects.
+
+It subclasses RLlib's ``SingleAgentEnvRunner`` to keep everything RLlib already does right (env creation through
+``vector_entry_point`` / sync vectorization, module construction, weight sync via ``get_state`` / ``set_state``,
+metrics plumbing, remote-actor behaviour) and replaces only ``sample()``: one module forward on the whole ``[N, ...]``
+observation batch per step, written straight into pre-allocated columns (see :mod:`rl_speed.columns`). The connector
+pipelines and per-env ``SingleAgentEpisode`` objects of the stock runner are not used on this path, so
+env-to-module connectors (observation filters, frame stacking) do not apply; do them in the env or the module.
+
+Episode returns and lengths are accumulated in arrays and reported under RLlib's usual keys
+(``episode_return_mean``, ``episode_len_mean``, ``num_env_steps_sampled_lifetime``, ...), so Tune stop criteria,
+the progress line and dashboards work unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import tree
+
+from ray.rllib.core.columns import Columns as RLlibColumns
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import SAMPLE_TIMER
+
+from rl_speed.columns import Columns
+
+
+def _set_runner_threads(config: Any, worker_index: int) -> None:
+    """Remote runners get as many torch/OMP threads as CPUs Ray gave them (default 1), so N runners on N cores
+    do not oversubscribe; the local runner shares the driver's threads."""
+    if worker_index and worker_index > 0:
+        threads = max(1, int(config.num_cpus_per_env_runner or 1))
+        torch.set_num_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
+class BatchedEnvRunner(SingleAgentEnvRunner):
+    """Samples ``rollout_fragment_length`` steps from all ``N`` vector sub-envs at once into column arrays.
+
+    Use with ``config.env_runners(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=N,
+    gym_env_vectorize_mode="vector_entry_point")`` (or ``"sync"`` for envs without a native vector form).
+    ``sample()`` returns a :data:`rl_speed.columns.Columns` dict; the runner keeps the env's state between calls, so
+    consecutive calls continue the same episodes.
+    """
+
+    @override(SingleAgentEnvRunner)
+    def __init__(self, *, config: Any, **kwargs: Any) -> None:
+        _set_runner_threads(config, kwargs.get("worker_index", 0))
+        super().__init__(config=config, **kwargs)
+        n = self.num_envs
+        self._obs: Any = None  # [N, ...] last observation, continued across sample() calls
+        self._resetting = np.zeros(n, dtype=bool)  # lanes whose next step is a NEXT_STEP reset step
+        self._episode_return = np.zeros(n, dtype=np.float64)
+        self._episode_len = np.zeros(n, dtype=np.int64)
+        self._episode_start = np.full(n, time.perf_counter())
+        self._finished: list[np.ndarray] = []  # [k, 3] (return, length, seconds) of episodes since last metrics
+        self._num_finished = 0
+
+    @override(SingleAgentEnvRunner)
+    def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
+               explore: bool | None = None, random_actions: bool = False, force_reset: bool = False,
+               **kwargs: Any) -> Columns:
+        """Steps all sub-envs ``T`` times, ``T = ceil(num_timesteps / N)`` or ``rollout_fragment_length``."""
+        if num_episodes is not None:
+            raise ValueError("BatchedEnvRunner samples fixed-length column batches; pass num_timesteps, not "
+                             "num_episodes (batch_mode='complete_episodes' is not supported).")
+        if explore is None:
+            explore = self.config.explore
+        n = self.num_envs
+        steps = (math.ceil(num_timesteps / n) if num_timesteps is not None
+                 else self.config.get_rollout_fragment_length(self.worker_index))
+        with self.metrics.log_time(SAMPLE_TIMER):
+            if self._obs is None or force_reset:
+                self._obs, _ = self.env.reset()
+                self._resetting[:] = False
+                self._episode_return[:] = 0.0
+                self._episode_len[:] = 0
+                self._episode_start[:] = time.perf_counter()
+            columns = self._sample_steps(steps, explore, random_actions)
+        valid_steps = int(columns["valid"].sum())
+        self._increase_sampled_metrics(valid_steps, self._num_finished)
+        self._num_finished = 0
+        self.num_env_steps_sampled_lifetime += valid_steps * (self.config.num_env_runners or 1)
+        return columns
+
+    def _sample_steps(self, steps: int, explore: bool, random_actions: bool) -> Columns:
+        n = self.num_envs
+        act_space = self.env.single_action_space
+        columns: Columns = {
+            "obs": tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
+            "actions": np.empty((steps, n, *act_space.shape), act_space.dtype),
+            "rewards": np.empty((steps, n), np.float32),
+            "terminateds": np.empty((steps, n), bool),
+            "truncateds": np.empty((steps, n), bool),
+            "valid": np.empty((steps, n), bool),
+        }
+        runners = self.config.num_env_runners or 1
+        for t in range(steps):
+            _write(columns["obs"], t, self._obs)
+            if random_actions:
+                actions, extra = self.env.action_space.sample(), {}
+            else:
+                step_t = self.num_env_steps_sampled_lifetime + t * n * runners
+                actions, extra = self._compute_actions(self._obs, explore, step_t)
+            for key, value in extra.items():
+                if key not in columns:
+                    columns[key] = np.empty((steps, n, *value.shape[1:]), value.dtype)
+                columns[key][t] = value
+            obs, rewards, terminateds, truncateds, _ = self.env.step(actions)
+            valid = ~self._resetting
+            columns["actions"][t] = actions
+            columns["rewards"][t] = rewards
+            columns["terminateds"][t] = terminateds
+            columns["truncateds"][t] = truncateds
+            columns["valid"][t] = valid
+            self._track_episodes(rewards, terminateds | truncateds, valid)
+            self._resetting = terminateds | truncateds
+            self._obs = obs
+        _write(columns["obs"], steps, self._obs)
+        return columns
+
+    def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One forward pass over all N observations. Modules that pick actions themselves (DQN's epsilon-greedy)
+        return ``actions``; others return distribution inputs, which we sample here (PPO)."""
+        with torch.inference_mode():
+            batch = {RLlibColumns.OBS: tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs)}
+            if explore:
+                out = self.module.forward_exploration(batch, t=t)
+            else:
+                out = self.module.forward_inference(batch)
+            extra: dict[str, np.ndarray] = {}
+            if RLlibColumns.ACTIONS in out:
+                actions = out[RLlibColumns.ACTIONS]
+            else:
+                dist_cls = (self.module.get_exploration_action_dist_cls() if explore
+                            else self.module.get_inference_action_dist_cls())
+                dist = dist_cls.from_logits(out[RLlibColumns.ACTION_DIST_INPUTS])
+                if not explore:
+                    dist = dist.to_deterministic()
+                actions = dist.sample()
+                if explore:
+                    extra["action_logp"] = dist.logp(actions).float().cpu().numpy()
+            if RLlibColumns.VF_PREDS in out:
+                extra["vf_preds"] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
+        return actions.cpu().numpy(), extra
+
+    def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+        self._episode_return += np.where(valid, rewards, 0.0)
+        self._episode_len += valid
+        ended = done & valid
+        if ended.any():
+            now = time.perf_counter()
+            self._finished.append(np.stack([self._episode_return[ended], self._episode_len[ended],
+                                            now - self._episode_start[ended]], axis=1))
+            self._num_finished += int(ended.sum())
+            self._episode_return[ended] = 0.0
+            self._episode_len[ended] = 0
+            self._episode_start[ended] = now
+
+    @override(SingleAgentEnvRunner)
+    def get_metrics(self) -> dict:
+        """Logs the most recent finished episodes (only as many as the smoothing window keeps: logging every
+        episode of hundreds of boards would cost more than sampling them) and returns RLlib's reduced metrics."""
+        if self._finished:
+            finished = np.concatenate(self._finished)
+            self._finished.clear()
+            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+            for ret, length, seconds in finished[-window:]:
+                self._log_episode_metrics(int(length), float(ret), float(seconds))
+        return self.metrics.reduce()
+
+
+def _write(target: Any, t: int, value: Any) -> None:
+    if isinstance(target, dict):
+        for key in target:
+            target[key][t] = value[key]
+    else:
+        target[t] = value
+

@@ -1,0 +1,1 @@
+"""rl_speed's RLModules (torch)."""

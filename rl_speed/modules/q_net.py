@@ -1,0 +1,173 @@
+"""QNetModule: a Q-network RLModule for DQN / FastDQN that takes compact observations as they come.
+
+* Observations are cast on the module's device, never in the env or the buffer: small-integer grids (a ``Box`` of
+  integers with ``high < 32``, e.g. Snake's codes) are one-hot encoded into planes, uint8 images with ``high=255``
+  are scaled to [0, 1], float vectors pass through.
+* Encoder: an MLP (``encoder: mlp``, default for vectors) or a small CNN (``encoder: cnn``, default for 2-D/3-D
+  grids and images) with in-place ReLUs; optional dueling head.
+* Epsilon-greedy is one vectorized ``torch.where`` over the batch, under the schedule DQN configures
+  (``config.epsilon``); action selection never records autograd (the runner calls it under ``inference_mode``).
+* Implements ``QNetAPI``, ``TargetNetworkAPI`` and ``InferenceOnlyAPI`` with the outputs RLlib's DQN loss reads
+  (``qf_preds``, ``qf_next_preds`` for double Q, ``qf_target_next_preds``), so RLlib's DQN learner trains it.
+
+model_config keys: ``encoder`` ("mlp" | "cnn"), ``hiddens`` (MLP widths, default [256, 256]), ``conv_channels``
+(default [32, 64]), ``dueling`` / ``double_q`` / ``epsilon`` (filled in by DQN's config).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.utils import make_target_network
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, QNetAPI, TargetNetworkAPI
+from ray.rllib.core.rl_module.rl_module import RLModule
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.schedules.scheduler import Scheduler
+
+
+class ObsPreprocessor(nn.Module):
+    """Casts one observation ``Box`` to float on the module's device: one-hot for small-integer codes, /255 for
+    uint8 images, nothing for floats. Output ``[B, C, H, W]`` for grids/images, ``[B, D]`` for vectors."""
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        super().__init__()
+        integer = np.issubdtype(space.dtype, np.integer)
+        self.num_codes = int(space.high.max()) + 1 if integer and space.high.max() < 32 else 0
+        self.scale = 1.0 / 255.0 if integer and not self.num_codes else 1.0
+        self.shape = space.shape
+        if self.num_codes:
+            self.out_shape = (self.num_codes, *space.shape) if len(space.shape) == 2 else (space.shape[0] * self.num_codes,)
+        elif len(space.shape) == 3:  # images arrive channels-last [H, W, C]
+            self.out_shape = (space.shape[2], space.shape[0], space.shape[1])
+        else:
+            self.out_shape = (int(np.prod(space.shape)),)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.num_codes:
+            planes = nn.functional.one_hot(obs.long(), self.num_codes).float()  # [B, ..., K]
+            if len(self.shape) == 2:
+                return planes.permute(0, 3, 1, 2)  # [B, H, W, K] -> [B, K, H, W]
+            return planes.flatten(1)  # [B, D, K] -> [B, D*K]
+        x = obs.float() * self.scale if self.scale != 1.0 else obs.float()
+        if len(self.shape) == 3:
+            return x.permute(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W]
+        return x.flatten(1)
+
+
+def _mlp(in_dim: int, hiddens: list[int]) -> tuple[nn.Sequential, int]:
+    layers: list[nn.Module] = []
+    for width in hiddens:
+        layers += [nn.Linear(in_dim, width), nn.ReLU(inplace=True)]
+        in_dim = width
+    return nn.Sequential(*layers), in_dim
+
+
+def _cnn(in_shape: tuple[int, ...], channels: list[int], hiddens: list[int]) -> tuple[nn.Sequential, int]:
+    layers: list[nn.Module] = []
+    c = in_shape[0]
+    for out in channels:
+        layers += [nn.Conv2d(c, out, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
+        c = out
+    layers.append(nn.Flatten())
+    head, out_dim = _mlp(c * in_shape[1] * in_shape[2], hiddens)
+    return nn.Sequential(*layers, *head), out_dim
+
+
+class QTorso(nn.Module):
+    """Preprocess -> encoder -> Q head (optionally dueling). One instance is the online net, a copy the target."""
+
+    def __init__(self, space: gym.spaces.Box, num_actions: int, cfg: dict) -> None:
+        super().__init__()
+        self.pre = ObsPreprocessor(space)
+        hiddens = list(cfg.get("hiddens", [256, 256]))
+        kind = cfg.get("encoder") or ("cnn" if len(self.pre.out_shape) == 3 else "mlp")
+        if kind == "cnn" and len(self.pre.out_shape) == 3:
+            self.encoder, dim = _cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens)
+        elif kind in ("mlp", "cnn"):
+            self.encoder, dim = _mlp(int(np.prod(self.pre.out_shape)), hiddens)
+        else:
+            raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use 'mlp' or 'cnn'.")
+        self.flatten_input = kind == "mlp"
+        self.advantage = nn.Linear(dim, num_actions)
+        self.value = nn.Linear(dim, 1) if cfg.get("dueling") else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.pre(obs)
+        features = self.encoder(x.flatten(1) if self.flatten_input else x)
+        adv = self.advantage(features)
+        if self.value is None:
+            return adv
+        return self.value(features) + adv - adv.mean(dim=1, keepdim=True)
+
+
+class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
+    """A DQN Q-network for Box observations and Discrete actions (see the module docstring)."""
+
+    @override(RLModule)
+    def setup(self) -> None:
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ValueError(f"QNetModule needs a Discrete action space, got {self.action_space}.")
+        if not isinstance(self.observation_space, gym.spaces.Box):
+            raise ValueError(f"QNetModule needs a Box observation space, got {self.observation_space}; "
+                             "use Snake's observation='flat' or 'grid' without flood_fill, or flatten the Dict.")
+        cfg = self.model_config or {}
+        self.uses_double_q = bool(cfg.get("double_q", True))
+        self.uses_dueling = bool(cfg.get("dueling", False))
+        self.num_actions = int(self.action_space.n)
+        self.epsilon_schedule = Scheduler(fixed_value_or_schedule=cfg.get("epsilon", 0.05), framework="torch")
+        self.q = QTorso(self.observation_space, self.num_actions, cfg)
+
+    @override(QNetAPI)
+    def compute_q_values(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {QF_PREDS: self.q(batch[Columns.OBS])}
+
+    @override(RLModule)
+    def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {Columns.ACTIONS: self.q(batch[Columns.OBS]).argmax(dim=1)}
+
+    @override(RLModule)
+    def _forward_exploration(self, batch: dict[str, Any], t: int = 0, **kwargs: Any) -> dict[str, Any]:
+        q = self.q(batch[Columns.OBS])
+        self.epsilon_schedule.update(t)
+        epsilon = self.epsilon_schedule.get_current_value()
+        random = torch.randint(0, self.num_actions, (q.shape[0],), device=q.device)
+        explore = torch.rand(q.shape[0], device=q.device) < epsilon
+        return {Columns.ACTIONS: torch.where(explore, random, q.argmax(dim=1))}
+
+    @override(RLModule)
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if self.inference_only:
+            raise RuntimeError("QNetModule: this is an inference-only copy (EnvRunner side); it cannot train.")
+        obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
+        out: dict[str, Any] = {}
+        if self.uses_double_q:
+            both = self.q(torch.cat([obs, next_obs], dim=0))  # one pass over [2B, ...]
+            out[QF_PREDS], out[QF_NEXT_PREDS] = torch.chunk(both, 2, dim=0)
+        else:
+            out[QF_PREDS] = self.q(obs)
+        out[QF_TARGET_NEXT_PREDS] = self._target_q(next_obs)
+        return out
+
+    @override(TargetNetworkAPI)
+    def make_target_networks(self) -> None:
+        self._target_q = make_target_network(self.q)
+
+    @override(TargetNetworkAPI)
+    def get_target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.q, self._target_q)]
+
+    @override(TargetNetworkAPI)
+    def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {QF_PREDS: self._target_q(batch[Columns.OBS])}
+
+    @override(InferenceOnlyAPI)
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["_target_q"]

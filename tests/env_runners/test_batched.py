@@ -1,0 +1,93 @@
+"""BatchedEnvRunner: columns match a plain stepping of the same vector env, NEXT_STEP resets are masked, and
+truncated episodes keep their true final observation for bootstrapping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rl_speed
+from rl_speed.columns import check, next_obs
+from rl_speed_envs import SnakeVectorEnv
+
+ENV_CONFIG = {"height": 5, "width": 5, "max_steps_without_food": 6, "observation": "flat"}
+
+
+def _runner(algo: str = "DQN", n: int = 8, t: int = 40, **env_runner_kwargs):
+    rl_speed.register()
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rl_speed.env_runners import BatchedEnvRunner
+
+    cls = DQNConfig if algo == "DQN" else PPOConfig
+    config = (cls().environment("rl_speed/Snake-v0", env_config=ENV_CONFIG)
+              .env_runners(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=n, rollout_fragment_length=t,
+                           gym_env_vectorize_mode="vector_entry_point", **env_runner_kwargs))
+    return BatchedEnvRunner(config=config)
+
+
+def test_random_action_columns_replay_exactly_on_a_fresh_env():
+    runner = _runner()
+    runner.env.unwrapped.reset(seed=5)
+    runner._obs = runner.env.unwrapped._observe()
+    cols = runner.sample(random_actions=True)
+    check(cols)
+    ref = SnakeVectorEnv(num_envs=8, **ENV_CONFIG)
+    obs, _ = ref.reset(seed=5)
+    resetting = np.zeros(8, dtype=bool)
+    for t in range(40):
+        np.testing.assert_array_equal(cols["obs"][t], obs)
+        obs, rewards, terminated, truncated, _ = ref.step(cols["actions"][t])
+        np.testing.assert_array_equal(cols["rewards"][t], rewards)
+        np.testing.assert_array_equal(cols["terminateds"][t], terminated)
+        np.testing.assert_array_equal(cols["truncateds"][t], truncated)
+        np.testing.assert_array_equal(cols["valid"][t], ~resetting)  # reset steps are masked
+        resetting = terminated | truncated
+    np.testing.assert_array_equal(cols["obs"][40], obs)
+
+
+def test_done_steps_keep_the_final_observation_and_reset_steps_are_invalid():
+    runner = _runner(t=200)
+    cols = runner.sample(random_actions=True)
+    nxt = next_obs(cols)
+    done = cols["terminateds"] | cols["truncateds"]
+    assert cols["truncateds"].any() and cols["terminateds"].any()
+    t_idx, lane = np.nonzero(done[:-1])
+    # The step after an episode end is the reset step: invalid, and its obs is the final obs of the episode.
+    assert not cols["valid"][t_idx + 1, lane].any()
+    np.testing.assert_array_equal(nxt[t_idx, lane], cols["obs"][t_idx + 1, lane])
+    # A truncated episode's next observation is its last real state (the head still on the board, the game going
+    # on), not the reset board: the heading one-hot follows the last move.
+    t_tr, l_tr = np.nonzero(cols["truncateds"][:-1] & cols["valid"][:-1])
+    fresh = SnakeVectorEnv(num_envs=1, **ENV_CONFIG).reset(seed=0)[0][0]
+    assert not any(np.array_equal(nxt[t, l], fresh) and np.array_equal(cols["obs"][t, l], fresh)
+                   for t, l in zip(t_tr, l_tr))
+
+
+def test_metrics_use_rllib_keys_and_count_only_real_steps():
+    runner = _runner(t=100)
+    cols = runner.sample(random_actions=True)
+    metrics = runner.get_metrics()
+    assert metrics["num_env_steps_sampled"].peek() == cols["valid"].sum()
+    assert metrics["num_env_steps_sampled_lifetime"].peek() == cols["valid"].sum()
+    ended = ((cols["terminateds"] | cols["truncateds"]) & cols["valid"]).sum()
+    assert metrics["num_episodes"].peek() == ended
+    assert -1.0 <= metrics["episode_return_mean"].peek() < 5 and metrics["episode_len_mean"].peek() >= 1
+
+
+@pytest.mark.parametrize("algo", ["DQN", "PPO"])
+def test_module_actions_and_policy_outputs(algo):
+    runner = _runner(algo, t=16)
+    cols = runner.sample()
+    assert cols["actions"].dtype == np.int64 and ((cols["actions"] >= 0) & (cols["actions"] < 4)).all()
+    if algo == "PPO":
+        assert cols["action_logp"].shape == (16, 8) and (cols["action_logp"] <= 0).all()
+    consecutive = runner.sample()
+    np.testing.assert_array_equal(consecutive["obs"][0], cols["obs"][-1])  # episodes continue across calls
+
+
+def test_complete_episode_mode_is_refused_clearly():
+    runner = _runner()
+    with pytest.raises(ValueError, match="num_episodes"):
+        runner.sample(num_episodes=3)
