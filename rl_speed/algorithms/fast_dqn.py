@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.dqn import DQN, DQNConfig
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
@@ -68,6 +69,17 @@ class FastDQNConfig(DQNConfig):
         self.store_buffer_in_checkpoints = True
 
     @override(DQNConfig)
+    def training(self, *, train_every_env_steps: int | None = NotProvided, sync_weights_every: int = NotProvided,
+                 **kwargs: Any) -> "FastDQNConfig":
+        """DQN's ``training()`` plus ``train_every_env_steps`` and ``sync_weights_every``."""
+        super().training(**kwargs)
+        if train_every_env_steps is not NotProvided:
+            self.train_every_env_steps = train_every_env_steps
+        if sync_weights_every is not NotProvided:
+            self.sync_weights_every = sync_weights_every
+        return self
+
+    @override(DQNConfig)
     def validate(self) -> None:
         if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and _has_vector_entry_point(self.env):
             self.gym_env_vectorize_mode = "vector_entry_point"  # native vector env where the env has one
@@ -77,6 +89,8 @@ class FastDQNConfig(DQNConfig):
         if kind not in PRIORITIZED_TYPES + UNIFORM_TYPES:
             self._value_error(f"FastDQN: `replay_buffer_config.type`={kind!r} is not supported; use one of "
                               f"{', '.join(PRIORITIZED_TYPES + UNIFORM_TYPES)} (all map to rl_speed's BatchedReplayBuffer).")
+        if isinstance(self.n_step, (tuple, list)) or not isinstance(self.n_step, int) or self.n_step < 1:
+            self._value_error(f"FastDQN: `n_step`={self.n_step!r} must be an integer >= 1 (ranges are not supported).")
         # Stock DQN's validate() insists on episode buffers by class; check ours, then let it check the rest.
         saved = dict(rb)
         self.replay_buffer_config = {**rb, "type": "PrioritizedEpisodeReplayBuffer" if kind in PRIORITIZED_TYPES
@@ -90,8 +104,6 @@ class FastDQNConfig(DQNConfig):
         if not isinstance(capacity, int) or capacity < batch:
             self._value_error(f"FastDQN: `replay_buffer_config.capacity`={capacity!r} must be an integer >= the train "
                               f"batch size ({batch}); raise the capacity or lower `train_batch_size_per_learner`.")
-        if isinstance(self.n_step, (tuple, list)) or not isinstance(self.n_step, int) or self.n_step < 1:
-            self._value_error(f"FastDQN: `n_step`={self.n_step!r} must be an integer >= 1 (ranges are not supported).")
         if rb.get("alpha", 0.6) < 0:
             self._value_error(f"FastDQN: `replay_buffer_config.alpha`={rb['alpha']!r} must be >= 0.")
         if not 0 <= rb.get("beta", 0.4) <= 1:
@@ -127,6 +139,25 @@ def _has_vector_entry_point(env: Any) -> bool:
         return False
 
 
+def _single_action_space(config: Any) -> gym.Space:
+    """The env's single action space: from the config if given, else from one env instance built on the driver."""
+    if config.action_space is not None:
+        return config.action_space
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    env_config = dict(config.env_config)
+    if isinstance(config.env, str) and _global_registry.contains(ENV_CREATOR, config.env):
+        env = _global_registry.get(ENV_CREATOR, config.env)(env_config)
+    elif callable(config.env):
+        env = config.env(env_config)
+    else:
+        env = gym.make(config.env, **env_config)
+    try:
+        return getattr(env, "single_action_space", env.action_space)
+    finally:
+        env.close()
+
+
 class FastDQN(DQN):
     """DQN whose training step moves ``[T, N]`` columns, never episode objects (see the module docstring)."""
 
@@ -141,13 +172,12 @@ class FastDQN(DQN):
 
     @override(DQN)
     def setup(self, config: Any) -> None:
+        action_space = _single_action_space(config)  # checked before RLlib builds modules that would fail obscurely
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"FastDQN needs a Discrete action space; {config.env!r} has {action_space}. "
+                             "Use PPO/FastPPO or SAC for continuous actions.")
         super().setup(config)
         cfg = self.config
-        spaces = self.env_runner_group.local_env_runner.get_spaces()
-        action_space = spaces["__env_single__"][1] if "__env_single__" in spaces else spaces[DEFAULT_MODULE_ID][1]
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError(f"FastDQN needs a Discrete action space; {cfg.env!r} has {action_space}. "
-                             "Use FastPPO (or SAC) for continuous actions.")
         self._lanes_per_runner = cfg.num_envs_per_env_runner
         rb = cfg.replay_buffer_config
         self._buffer = BatchedReplayBuffer(
