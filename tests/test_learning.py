@@ -33,19 +33,44 @@ def random_policy_return(env_config: dict, episodes: int = 2000, seed: int = 0) 
     return float(np.mean(returns))
 
 
+def train_tuned_example(name: str, stop: dict, tmp_path: Path, env: dict) -> list[dict]:
+    """Runs ``rl-speed train tuned_examples/NAME.yaml`` and returns the trial's progress.csv rows."""
+    path = ROOT / "tuned_examples" / f"{name}.yaml"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "rl-speed"), "train", str(path), "--stop", json.dumps(stop),
+         "--storage-path", str(tmp_path), "--num-cpus", "2"],
+        capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (experiment,) = yaml.safe_load(open(path))
+    (trial,) = [p for p in (tmp_path / experiment).iterdir() if p.is_dir()]
+    return list(csv.DictReader(open(trial / "progress.csv")))
+
+
 @pytest.mark.slow
 @pytest.mark.ci
 def test_snake_ppo_beats_random_within_90_seconds(tmp_path, cli_env):
     experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "snake_ppo.yaml"))["snake-ppo"]
     baseline = random_policy_return(experiment["config"]["env_config"])
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "rl-speed"), "train", str(ROOT / "tuned_examples" / "snake_ppo.yaml"),
-         "--stop", json.dumps({"time_total_s": 90}), "--storage-path", str(tmp_path), "--num-cpus", "2"],
-        capture_output=True, text=True, timeout=600, env=cli_env, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = list(csv.DictReader(open(next((tmp_path / "snake-ppo").glob("PPO_*")) / "progress.csv")))
+    rows = train_tuned_example("snake_ppo", {"time_total_s": 90}, tmp_path, cli_env)
     final = float(rows[-1]["env_runners/episode_return_mean"])
     print(f"random policy {baseline:.3f}, PPO after 90 s {final:.3f}")
     assert baseline < -0.5
     assert final > 2.0, f"mean return {final:.3f} after 90 s (random policy: {baseline:.3f})"
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_cartpole_fastdqn_reaches_400_within_120_seconds(tmp_path, cli_env):
+    rows = train_tuned_example("cartpole_fastdqn", {"time_total_s": 120}, tmp_path, cli_env)
+    best = max(float(r["env_runners/episode_return_mean"]) for r in rows if r["env_runners/episode_return_mean"])
+    print(f"FastDQN CartPole best mean return {best:.1f} in {rows[-1]['time_total_s']} s")
+    assert best >= 400
+
+
+@pytest.mark.slow
+def test_snake_fastdqn_beats_random_within_90_seconds(tmp_path, cli_env):
+    rows = train_tuned_example("snake_dqn", {"time_total_s": 90}, tmp_path, cli_env)
+    final = float(rows[-1]["env_runners/episode_return_mean"])
+    print(f"FastDQN Snake after 90 s {final:.3f}")
+    assert final > 5.0

@@ -1,0 +1,298 @@
+"""Replay buffer fed by column batches ``[T, N, ...]`` from vectorized envs, sampled with n-step returns.
+
+Storage is a 2-D ring ``[C, L]``: L env lanes, C time slots per lane. A runner's ``[T, N]`` batch lands in lanes
+``[lane_start, lane_start + N)`` as a couple of slice writes per column, and the successor of slot ``(c, l)`` is
+``((c + 1) % C, l)``, so n-step windows are plain index arithmetic. A per-slot step counter tells whether a
+successor is still (or already) the step that followed. Everything runs as whole-array numpy operations: nothing
+loops over transitions, only over the (few) n-step offsets and the sum tree's levels.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Mapping
+
+import numpy as np
+
+from rl_speed.buffers.sum_tree import SumTree
+
+#: Columns whose per-step shape and dtype the first batch sets (stored as given: uint8 images stay uint8).
+_FREE_COLUMNS = ("obs", "next_obs", "actions")
+#: Columns with a fixed ``[T, N]`` layout, and the dtype each is stored in.
+_FIXED_COLUMNS = {"rewards": np.float32, "terminateds": np.bool_, "truncateds": np.bool_}
+_OPTIONAL_COLUMNS = ("valid",)
+_KNOWN = _FREE_COLUMNS + tuple(_FIXED_COLUMNS) + _OPTIONAL_COLUMNS
+
+
+class BatchedReplayBuffer:
+    """Uniform or proportionally prioritized (Schaul et al. 2016) replay over ``[C, L]`` lanes of env steps.
+
+    ``capacity`` is rounded up to ``C * L`` slots with ``C = ceil(capacity / num_lanes)``. Both modes sample
+    through a sum tree (uniform mode keeps leaves at 1 for valid slots, 0 otherwise), which draws exactly among
+    valid stored transitions however many invalid or unwritten slots there are.
+    """
+
+    def __init__(self, capacity: int, num_lanes: int, *, prioritized: bool = False, alpha: float = 0.6,
+                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None) -> None:
+        if not capacity >= 1:
+            raise ValueError(f"BatchedReplayBuffer: `capacity` must be >= 1, got {capacity}.")
+        if not num_lanes >= 1:
+            raise ValueError(f"BatchedReplayBuffer: `num_lanes` must be >= 1, got {num_lanes}.")
+        if not alpha >= 0:
+            raise ValueError(f"BatchedReplayBuffer: `alpha` must be >= 0, got {alpha}.")
+        _check_beta(beta)
+        if not (eps >= 0 and math.isfinite(eps)):
+            raise ValueError(f"BatchedReplayBuffer: `eps` must be finite and >= 0, got {eps}.")
+        self.num_lanes = int(num_lanes)
+        self.slots_per_lane = math.ceil(int(capacity) / self.num_lanes)  # C
+        self.capacity = self.slots_per_lane * self.num_lanes  # C * L >= the requested capacity
+        self.prioritized = bool(prioritized)
+        self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
+        self._rng = np.random.default_rng(seed)
+        shape = (self.slots_per_lane, self.num_lanes)
+        # [C, L] per slot; obs / next_obs / actions join on the first add_batch, when their shapes are known.
+        self._data: dict[str, np.ndarray] = {k: np.zeros(shape, dtype) for k, dtype in _FIXED_COLUMNS.items()}
+        # The lane's running step count at the slot's step; -1 where the slot holds no valid transition (never
+        # written, or an invalid step), so one comparison tells that a successor is valid, current and written.
+        self._step_id = np.full(shape, -1, np.int64)
+        self._continues = np.ones(shape, np.bool_)  # ~(terminated | truncated): a window may go past the slot
+        self._lane_steps = np.zeros(self.num_lanes, np.int64)  # steps written per lane, ever
+        self._flat: dict[str, np.ndarray] = {}  # [C * L, ...] views of the above; flat index = c * L + l
+        self._reflatten()
+        self._tree = SumTree(self.capacity)
+        self._max_priority = 1.0  # largest |td| + eps seen; new transitions get it (before ** alpha)
+        self._added = self._evicted = self._sampled = 0
+
+    def __len__(self) -> int:
+        """Number of valid stored transitions."""
+        return self._added - self._evicted
+
+    def get_metrics(self) -> dict[str, int]:
+        """``size`` (valid stored), and lifetime counts of valid transitions ``added``, ``evicted``, ``sampled``."""
+        return {"size": len(self), "added": self._added, "evicted": self._evicted, "sampled": self._sampled}
+
+    def add_batch(self, columns: Mapping[str, Any], lane_start: int = 0) -> None:
+        """Writes a ``[T, N]`` batch into lanes ``[lane_start, lane_start + N)`` at their shared write cursor.
+
+        Keys: ``obs``, ``next_obs``, ``actions``, ``rewards``, ``terminateds``, ``truncateds`` and optionally
+        ``valid`` (default all True; invalid steps are stored to keep lanes aligned, but never sampled). If
+        ``T > C`` only the last C steps are kept. Raises ``ValueError`` (changing nothing) for missing or unknown
+        keys, mismatched shapes or dtypes, a lane range outside ``[0, num_lanes)`` or lanes at different cursors.
+        """
+        lane_start = operator.index(lane_start)
+        batch = self._checked(columns, lane_start)
+        t, n = batch["rewards"].shape
+        if t == 0 or n == 0:
+            return
+        if "obs" not in self._data:
+            self._allocate(batch)
+        valid = batch.pop("valid", None)
+        valid = np.ones((t, n), np.bool_) if valid is None else valid
+        lanes = slice(lane_start, lane_start + n)
+        first_step = int(self._lane_steps[lane_start])
+        self._lane_steps[lanes] += t
+        self._added += int(np.count_nonzero(valid))
+        c = self.slots_per_lane
+        if t > c:  # only the last C steps fit; the earlier valid ones count as added and evicted at once
+            self._evicted += int(np.count_nonzero(valid[:t - c]))
+            batch = {k: v[t - c:] for k, v in batch.items()}
+            valid, first_step, t = valid[t - c:], first_step + t - c, c
+        start = first_step % c
+        rows = (start + np.arange(t)) % c  # [T] slot row of each step
+        self._evicted += int(np.count_nonzero(self._step_id[rows, lanes] >= 0))
+
+        for key, value in batch.items():
+            _ring_write(self._data[key], value, start, lanes)
+        _ring_write(self._step_id, np.where(valid, first_step + np.arange(t)[:, None], -1), start, lanes)
+        _ring_write(self._continues, ~(batch["terminateds"] | batch["truncateds"]), start, lanes)
+
+        new_priority = self._max_priority ** self.alpha if self.prioritized else 1.0
+        order = np.argsort(rows)  # steps in slot order, so the flat indices increase: the tree's cheap case
+        slots = rows[order, None] * self.num_lanes + np.arange(lane_start, lane_start + n)  # [T, N] flat indices
+        self._tree.update(slots.reshape(-1), np.where(valid[order], new_priority, 0.0).reshape(-1))
+
+    def sample(self, batch_size: int, n_step: int = 1, gamma: float = 0.99, beta: float | None = None
+               ) -> dict[str, np.ndarray]:
+        """``batch_size`` transitions drawn with replacement among valid stored ones, with n-step returns.
+
+        Returns ``obs``, ``actions``, ``rewards`` (discounted sum over the ``n_step`` [B] steps actually used),
+        ``next_obs`` and ``terminateds`` of the window's last step, ``n_step`` (bootstrap with ``gamma ** n_step``),
+        ``weights`` (importance weights, ones when uniform) and ``indices`` (for ``update_priorities``).
+        A window stops early after a terminated or truncated step, or before a step that is invalid, overwritten
+        or not yet written.
+        """
+        if len(self) == 0:
+            raise ValueError("BatchedReplayBuffer.sample: the buffer holds no valid transitions yet; "
+                             "add_batch some first.")
+        if not batch_size >= 1:
+            raise ValueError(f"BatchedReplayBuffer.sample: `batch_size` must be >= 1, got {batch_size}.")
+        if not n_step >= 1:
+            raise ValueError(f"BatchedReplayBuffer.sample: `n_step` must be >= 1, got {n_step}.")
+        beta = self.beta if beta is None else _check_beta(beta)
+        total = self._tree.total()
+        if not total > 0.0:
+            raise ValueError("BatchedReplayBuffer.sample: every stored transition has priority 0 (zero priorities "
+                             "with eps=0); nothing can be drawn.")
+        indices = self._tree.find_prefix(self._rng.random(batch_size) * total)  # [B]
+        out = self._nstep_for_indices(indices, n_step, gamma)
+        last = out.pop("last_indices")
+        # take(axis=0) copies whole rows; fancy indexing on an [S, ...] array goes element by element (~5x slower).
+        out["obs"] = self._flat["obs"].take(indices, axis=0)
+        out["actions"] = self._flat["actions"].take(indices, axis=0)
+        out["next_obs"] = self._flat["next_obs"].take(last, axis=0)
+        if self.prioritized:
+            # (N * P(i)) ** -beta / max over the batch, with P(i) = p_i / total: N and total cancel.
+            priorities = self._tree.get(indices)
+            out["weights"] = ((priorities.min() / priorities) ** beta).astype(np.float32)
+        else:
+            out["weights"] = np.ones(batch_size, np.float32)
+        out["indices"] = indices
+        self._sampled += batch_size
+        return out
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the priorities of sampled slots to ``(priorities + eps) ** alpha`` (pass ``|td_error|``).
+
+        A no-op for a uniform buffer (after the same checks), so one learner loop serves both kinds. Slots that have
+        since been overwritten by an invalid step keep priority 0. Raises ``ValueError`` for indices out of range
+        or priorities that are negative, NaN or infinite.
+        """
+        indices = np.asarray(indices)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if indices.ndim != 1 or indices.shape != priorities.shape:
+            raise ValueError(f"BatchedReplayBuffer.update_priorities: `indices` {indices.shape} and `priorities` "
+                             f"{priorities.shape} must be 1-D of equal length.")
+        if indices.size == 0:
+            return
+        if indices.dtype.kind not in "iu":
+            raise ValueError(f"BatchedReplayBuffer.update_priorities: `indices` must be integers, got {indices.dtype}.")
+        indices = indices.astype(np.int64, copy=False)
+        if indices.min() < 0 or indices.max() >= self.capacity:
+            raise ValueError(f"BatchedReplayBuffer.update_priorities: `indices` must lie in [0, {self.capacity}), "
+                             f"got [{indices.min()}, {indices.max()}].")
+        smallest, largest = float(priorities.min()), float(priorities.max())
+        if not (smallest >= 0.0 and math.isfinite(largest)):  # the min is NaN if any priority is: fails too
+            raise ValueError("BatchedReplayBuffer.update_priorities: `priorities` must be finite and >= 0, got "
+                             f"min {smallest}, max {largest}.")
+        if not self.prioritized:
+            return
+        priorities = priorities + self.eps
+        self._max_priority = max(self._max_priority, largest + self.eps)
+        # Checked above, so straight to the tree's unchecked write; slots overwritten since by invalid steps stay 0.
+        self._tree._assign(indices, np.where(self._flat["step_id"][indices] >= 0, priorities ** self.alpha, 0.0))
+
+    def _nstep_for_indices(self, indices: np.ndarray, n_step: int, gamma: float) -> dict[str, np.ndarray]:
+        """n-step ``rewards``, ``terminateds``, ``n_step`` and ``last_indices`` (slot of the window's last step) for
+        valid stored slots ``indices`` [B]; vectorized over B, one iteration per extra step."""
+        f = self._flat
+        ret = f["rewards"][indices].astype(np.float64)  # [B]
+        last = indices
+        used = np.ones(len(indices), np.int64)
+        going = np.ones(len(indices), np.bool_)  # the window may still grow
+        step_id = f["step_id"][indices]
+        for k in range(1, n_step):
+            succ = (indices + k * self.num_lanes) % self.capacity  # slot ((c + k) % C, l)
+            going &= f["continues"][last]  # the window's last step did not end the episode,
+            going &= f["step_id"][succ] == step_id + k  # and the lane's next step is valid, current and written
+            ret += f["rewards"][succ] * (going * gamma ** k)  # float64 discount, as the return accumulates
+            last = np.where(going, succ, last)
+            used += going
+        return {"rewards": ret.astype(np.float32), "terminateds": f["terminateds"][last], "n_step": used,
+                "last_indices": last}
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to restore this buffer exactly (copies; picklable): storage, cursors, step ids,
+        sum tree, max priority, counters, settings and the RNG state."""
+        return {
+            "capacity": self.capacity, "num_lanes": self.num_lanes, "prioritized": self.prioritized,
+            "alpha": self.alpha, "beta": self.beta, "eps": self.eps,
+            "columns": {k: v.copy() for k, v in self._data.items()},
+            "step_id": self._step_id.copy(), "lane_steps": self._lane_steps.copy(),
+            "tree": self._tree.get_state()["tree"], "max_priority": self._max_priority,
+            "added": self._added, "evicted": self._evicted, "sampled": self._sampled,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores ``get_state()``'s output. ``capacity``, ``num_lanes`` and ``prioritized`` must match this
+        buffer's (they fix the layout and the meaning of the tree); alpha, beta and eps come from the state."""
+        for key in ("capacity", "num_lanes", "prioritized"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"BatchedReplayBuffer.set_state: state has {key}={state[key]!r}, "
+                                 f"this buffer {getattr(self, key)!r}.")
+        self._tree.set_state({"capacity": self.capacity, "tree": state["tree"]})
+        self._data = {k: np.array(v) for k, v in state["columns"].items()}
+        self._step_id = np.array(state["step_id"])
+        self._continues = ~(self._data["terminateds"] | self._data["truncateds"])
+        self._lane_steps = np.array(state["lane_steps"])
+        self._reflatten()
+        self.alpha, self.beta, self.eps = float(state["alpha"]), float(state["beta"]), float(state["eps"])
+        self._max_priority = float(state["max_priority"])
+        self._added, self._evicted, self._sampled = int(state["added"]), int(state["evicted"]), int(state["sampled"])
+        self._rng.bit_generator.state = state["rng"]
+
+    def _reflatten(self) -> None:
+        """[C, L, ...] -> [C * L, ...] views of every per-slot array, for gathers by flat slot index."""
+        arrays = {**self._data, "step_id": self._step_id, "continues": self._continues}
+        self._flat = {k: v.reshape(self.capacity, *v.shape[2:]) for k, v in arrays.items()}
+
+    def _allocate(self, batch: Mapping[str, np.ndarray]) -> None:
+        """[C, L, *shape] storage for the free columns, in the first batch's per-step shapes and dtypes."""
+        for key in _FREE_COLUMNS:
+            value = batch[key]
+            self._data[key] = np.zeros((self.slots_per_lane, self.num_lanes, *value.shape[2:]), value.dtype)
+        self._reflatten()
+
+    def _checked(self, columns: Mapping[str, Any], lane_start: int) -> dict[str, np.ndarray]:
+        """The batch as arrays, after every check ``add_batch`` promises (so a rejected batch changes nothing)."""
+        where = "BatchedReplayBuffer.add_batch"
+        missing = [k for k in _KNOWN if k not in columns and k not in _OPTIONAL_COLUMNS]
+        unknown = [k for k in columns if k not in _KNOWN]
+        if missing or unknown:
+            raise ValueError(f"{where}: missing columns {missing}, unknown columns {unknown}; "
+                             f"expected {list(_KNOWN[:-1])} and optionally 'valid'.")
+        batch = {k: np.asarray(v) for k, v in columns.items()}
+        if batch["rewards"].ndim != 2:
+            raise ValueError(f"{where}: column 'rewards' has shape {batch['rewards'].shape}; expected [T, N].")
+        t, n = batch["rewards"].shape
+        for key, value in batch.items():
+            fixed = key not in _FREE_COLUMNS
+            if value.shape[:2] != (t, n) or (fixed and value.ndim != 2):
+                raise ValueError(f"{where}: column {key!r} has shape {value.shape}; expected "
+                                 f"[T, N{'' if fixed else ', ...'}] with T, N = {t}, {n} (from 'rewards').")
+        for key in ("terminateds", "truncateds", "valid"):
+            if key in batch and batch[key].dtype != np.bool_:
+                raise ValueError(f"{where}: column {key!r} must be bool, got {batch[key].dtype}.")
+        if not np.can_cast(batch["rewards"].dtype, np.float32, "same_kind"):
+            raise ValueError(f"{where}: column 'rewards' must be real numbers, got {batch['rewards'].dtype}.")
+        for key in _FREE_COLUMNS:
+            # Each free column has to match its storage; before the first batch is stored, next_obs has to match obs.
+            ref = self._data.get(key, batch["obs"] if key == "next_obs" else batch[key])
+            if batch[key].shape[2:] != ref.shape[2:] or batch[key].dtype != ref.dtype:
+                stored = "the buffer stores" if key in self._data else "'obs' has"
+                raise ValueError(f"{where}: column {key!r} has per-step shape {batch[key].shape[2:]} and dtype "
+                                 f"{batch[key].dtype}, but {stored} per-step shape {ref.shape[2:]} and dtype "
+                                 f"{ref.dtype}.")
+        if not (0 <= lane_start and lane_start + n <= self.num_lanes):
+            raise ValueError(f"{where}: lanes [`lane_start`={lane_start}, {lane_start + n}) must lie in "
+                             f"[0, num_lanes={self.num_lanes}).")
+        cursors = self._lane_steps[lane_start:lane_start + n]
+        if n and (cursors != cursors[0]).any():
+            raise ValueError(f"{where}: lanes [{lane_start}, {lane_start + n}) are at different write cursors "
+                             f"{np.unique(cursors).tolist()}; write a group of lanes always together.")
+        return batch
+
+
+def _check_beta(beta: float) -> float:
+    """``beta`` as a float, or ``ValueError`` naming it (the constructor and ``sample`` both take one)."""
+    if not 0 <= beta <= 1:
+        raise ValueError(f"BatchedReplayBuffer: `beta` must be in [0, 1], got {beta}.")
+    return float(beta)
+
+
+def _ring_write(dst: np.ndarray, src: np.ndarray, start: int, lanes: slice) -> None:
+    """dst[(start + i) % C, lanes] = src[i] for the T <= C rows of src, as at most two slice writes."""
+    head = min(len(src), len(dst) - start)  # rows before the ring wraps
+    dst[start:start + head, lanes] = src[:head]
+    dst[:len(src) - head, lanes] = src[head:]
