@@ -22,6 +22,7 @@ import numpy as np
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.dqn import DQN, DQNConfig
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
@@ -41,6 +42,8 @@ from ray.rllib.utils.metrics import (
 
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.env_runners import BatchedEnvRunner
+from rl_speed.learners.dqn import FastDQNTorchLearner
+from rl_speed.modules.q_net import QNetModule
 
 PRIORITIZED_TYPES = ("PrioritizedEpisodeReplayBuffer", "PrioritizedReplayBuffer", "MultiAgentPrioritizedReplayBuffer",
                      "MultiAgentPrioritizedEpisodeReplayBuffer", "BatchedReplayBuffer:prioritized")
@@ -49,7 +52,9 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
 
 
 class FastDQNConfig(DQNConfig):
-    """DQNConfig plus two keys; every DQN key keeps its meaning.
+    """DQNConfig plus two keys; every DQN key keeps its meaning. Defaults that differ: the env runner
+    (BatchedEnvRunner), the module (rl_speed's QNetModule, built from the same ``model_config`` keys) and the learner
+    (RLlib's DQN loss with one fused gradient clip + finiteness check per update).
 
     * ``train_every_env_steps``: one update of ``train_batch_size`` per this many sampled env steps (the seeds'
       "train every k steps"); an alternative to ``training_intensity`` (= batch size / k). Default: neither, which
@@ -67,6 +72,14 @@ class FastDQNConfig(DQNConfig):
         self.sync_weights_every: int = 1
         # Checkpoints include the replay buffer (RLlib's key; its default is False).
         self.store_buffer_in_checkpoints = True
+
+    @override(DQNConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=QNetModule)
+
+    @override(DQNConfig)
+    def get_default_learner_class(self) -> type:
+        return FastDQNTorchLearner
 
     @override(DQNConfig)
     def training(self, *, train_every_env_steps: int | None = NotProvided, sync_weights_every: int = NotProvided,
@@ -248,14 +261,17 @@ class FastDQN(DQN):
         })
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
-                batch=MultiAgentBatch({DEFAULT_MODULE_ID: train}, env_steps=len(train)),
+                # Each minibatch inherits the batch's env_steps for RLlib's "trained" counters: give it one
+                # minibatch's worth, so k minibatches count k * B replayed steps, not k * k * B.
+                batch=MultiAgentBatch({DEFAULT_MODULE_ID: train}, env_steps=batch_size),
                 minibatch_size=batch_size, num_epochs=1, shuffle_batch_per_epoch=False,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime},
             )
             td_errors = [np.asarray(r[DEFAULT_MODULE_ID].pop(TD_ERROR_KEY).peek()).reshape(-1)
                          for r in results if TD_ERROR_KEY in r.get(DEFAULT_MODULE_ID, {})]
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
-        self.metrics.log_value("num_learner_updates", num_updates, reduce="sum", with_throughput=True)
+        self.metrics.log_value("num_learner_updates_lifetime", num_updates, reduce="lifetime_sum",
+                               with_throughput=True)
         if cfg.prioritized and td_errors:
             with self.metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
                 td = np.concatenate(td_errors)

@@ -51,8 +51,8 @@ def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime) -> Any:
         fragment = 1  # stock's sample call is per vector step; its ratio logic interleaves updates between them
     else:
         from rl_speed.algorithms.fast_dqn import FastDQNConfig as Config
-        # Columns amortize per-call costs: sample 32 vector steps (at least one update's worth), then train.
-        fragment = max(32 // regime.num_envs, regime.env_steps_per_update // regime.num_envs, 1)
+        # Columns amortize per-call costs: sample >= 32 env steps and >= 8 updates' worth per training step.
+        fragment = max(32 // regime.num_envs, 8 * regime.env_steps_per_update // regime.num_envs, 1)
     return (
         Config()
         .environment(env, env_config=env_config)
@@ -63,7 +63,7 @@ def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime) -> Any:
                   training_intensity=regime.batch_size / regime.env_steps_per_update,
                   num_steps_sampled_before_learning_starts=WARMUP_STEPS,
                   replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000})
-        .reporting(min_sample_timesteps_per_iteration=0, min_time_s_per_iteration=0)
+        .reporting(min_sample_timesteps_per_iteration=1000, min_time_s_per_iteration=0)
     )
 
 
@@ -73,7 +73,8 @@ def _rllib_rates(algo: str, env: str, env_config: dict, regime: Regime, seconds:
     try:
         def counters(result: dict) -> tuple[float, float]:
             steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
-            trained = result["learners"]["__all_modules__"].get("num_env_steps_trained_lifetime", 0)
+            # Module steps trained count each replayed sample once, for stock and FastDQN alike.
+            trained = result.get("learners", {}).get("default_policy", {}).get("num_module_steps_trained_lifetime", 0)
             return steps, trained / regime.batch_size
 
         result = algo_obj.train()

@@ -26,7 +26,17 @@ import tree
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.annotations import override
-from ray.rllib.utils.metrics import SAMPLE_TIMER
+from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import (
+    EPISODE_DURATION_SEC_MEAN,
+    EPISODE_LEN_MAX,
+    EPISODE_LEN_MEAN,
+    EPISODE_LEN_MIN,
+    EPISODE_RETURN_MAX,
+    EPISODE_RETURN_MEAN,
+    EPISODE_RETURN_MIN,
+    SAMPLE_TIMER,
+)
 
 from rl_speed.columns import Columns
 
@@ -60,7 +70,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._episode_len = np.zeros(n, dtype=np.int64)
         self._episode_start = np.full(n, time.perf_counter())
         self._finished: list[np.ndarray] = []  # [k, 3] (return, length, seconds) of episodes since last metrics
+        self._recent = np.zeros((0, 3))  # the last `smoothing window` finished episodes, across calls
         self._num_finished = 0
+        self.module.eval()  # this copy only acts; set once instead of on every forward call
 
     @override(SingleAgentEnvRunner)
     def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
@@ -129,11 +141,15 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         """One forward pass over all N observations. Modules that pick actions themselves (DQN's epsilon-greedy)
         return ``actions``; others return distribution inputs, which we sample here (PPO)."""
         with torch.inference_mode():
-            batch = {RLlibColumns.OBS: tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs)}
+            obs_t = (tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs) if isinstance(obs, dict)
+                     else torch.from_numpy(obs))
+            batch = {RLlibColumns.OBS: obs_t}
+            # The private forwards: the public ones walk every submodule with .eval()/.train() on each call, and
+            # this module never leaves eval mode (set in __init__).
             if explore:
-                out = self.module.forward_exploration(batch, t=t)
+                out = self.module._forward_exploration(batch, t=t)
             else:
-                out = self.module.forward_inference(batch)
+                out = self.module._forward_inference(batch)
             extra: dict[str, np.ndarray] = {}
             if RLlibColumns.ACTIONS in out:
                 actions = out[RLlibColumns.ACTIONS]
@@ -165,14 +181,24 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
     @override(SingleAgentEnvRunner)
     def get_metrics(self) -> dict:
-        """Logs the most recent finished episodes (only as many as the smoothing window keeps: logging every
-        episode of hundreds of boards would cost more than sampling them) and returns RLlib's reduced metrics."""
+        """Reports RLlib's episode keys as statistics over this runner's last ``metrics_num_episodes_for_smoothing``
+        (divided among runners, as RLlib does) finished episodes: one ``log_value`` per key per call, where logging
+        each episode of hundreds of boards would cost more than sampling them."""
         if self._finished:
-            finished = np.concatenate(self._finished)
+            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing
+                                      / (self.config.num_env_runners or 1)))
+            self._recent = np.concatenate([self._recent, *self._finished])[-window:]
             self._finished.clear()
-            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
-            for ret, length, seconds in finished[-window:]:
-                self._log_episode_metrics(int(length), float(ret), float(seconds))
+            returns, lengths, seconds = self._recent.T
+            for key, value, reduce in (
+                (EPISODE_RETURN_MEAN, returns.mean(), "mean"), (EPISODE_LEN_MEAN, lengths.mean(), "mean"),
+                (EPISODE_DURATION_SEC_MEAN, seconds.mean(), "mean"),
+                (("agent_episode_return_mean", DEFAULT_AGENT_ID), returns.mean(), "mean"),
+                (("module_episode_return_mean", DEFAULT_MODULE_ID), returns.mean(), "mean"),
+                (EPISODE_RETURN_MIN, returns.min(), "min"), (EPISODE_RETURN_MAX, returns.max(), "max"),
+                (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
+            ):
+                self.metrics.log_value(key, float(value), reduce=reduce, window=1)
         return self.metrics.reduce()
 
 

@@ -10,8 +10,10 @@
 * Implements ``QNetAPI``, ``TargetNetworkAPI`` and ``InferenceOnlyAPI`` with the outputs RLlib's DQN loss reads
   (``qf_preds``, ``qf_next_preds`` for double Q, ``qf_target_next_preds``), so RLlib's DQN learner trains it.
 
-model_config keys: ``encoder`` ("mlp" | "cnn"), ``hiddens`` (MLP widths, default [256, 256]), ``conv_channels``
-(default [32, 64]), ``dueling`` / ``double_q`` / ``epsilon`` (filled in by DQN's config).
+model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]), ``fcnet_activation`` ("relu" | "tanh", default
+"relu") and ``head_fcnet_hiddens`` (extra layers before the Q head, default []), so a stock DQN config builds the same
+network; plus ``encoder`` ("mlp" | "cnn") and ``conv_channels`` (default [32, 64]); ``dueling`` / ``double_q`` /
+``epsilon`` come from DQN's config.
 """
 
 from __future__ import annotations
@@ -62,22 +64,26 @@ class ObsPreprocessor(nn.Module):
         return x.flatten(1)
 
 
-def _mlp(in_dim: int, hiddens: list[int]) -> tuple[nn.Sequential, int]:
+_ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh}
+
+
+def _mlp(in_dim: int, hiddens: list[int], activation: str) -> tuple[nn.Sequential, int]:
     layers: list[nn.Module] = []
     for width in hiddens:
-        layers += [nn.Linear(in_dim, width), nn.ReLU(inplace=True)]
+        layers += [nn.Linear(in_dim, width), _ACTIVATIONS[activation]()]
         in_dim = width
     return nn.Sequential(*layers), in_dim
 
 
-def _cnn(in_shape: tuple[int, ...], channels: list[int], hiddens: list[int]) -> tuple[nn.Sequential, int]:
+def _cnn(in_shape: tuple[int, ...], channels: list[int], hiddens: list[int],
+         activation: str) -> tuple[nn.Sequential, int]:
     layers: list[nn.Module] = []
     c = in_shape[0]
     for out in channels:
         layers += [nn.Conv2d(c, out, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
         c = out
     layers.append(nn.Flatten())
-    head, out_dim = _mlp(c * in_shape[1] * in_shape[2], hiddens)
+    head, out_dim = _mlp(c * in_shape[1] * in_shape[2], hiddens, activation)
     return nn.Sequential(*layers, *head), out_dim
 
 
@@ -87,12 +93,17 @@ class QTorso(nn.Module):
     def __init__(self, space: gym.spaces.Box, num_actions: int, cfg: dict) -> None:
         super().__init__()
         self.pre = ObsPreprocessor(space)
-        hiddens = list(cfg.get("hiddens", [256, 256]))
+        hiddens = list(cfg.get("fcnet_hiddens", [256, 256])) + list(cfg.get("head_fcnet_hiddens") or [])
+        activation = cfg.get("fcnet_activation", "relu")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"QNetModule: model_config `fcnet_activation`={activation!r} is invalid; "
+                             f"use one of {', '.join(_ACTIVATIONS)}.")
         kind = cfg.get("encoder") or ("cnn" if len(self.pre.out_shape) == 3 else "mlp")
         if kind == "cnn" and len(self.pre.out_shape) == 3:
-            self.encoder, dim = _cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens)
+            self.encoder, dim = _cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens,
+                                     activation)
         elif kind in ("mlp", "cnn"):
-            self.encoder, dim = _mlp(int(np.prod(self.pre.out_shape)), hiddens)
+            self.encoder, dim = _mlp(int(np.prod(self.pre.out_shape)), hiddens, activation)
         else:
             raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use 'mlp' or 'cnn'.")
         self.flatten_input = kind == "mlp"
@@ -141,6 +152,12 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
         random = torch.randint(0, self.num_actions, (q.shape[0],), device=q.device)
         explore = torch.rand(q.shape[0], device=q.device) < epsilon
         return {Columns.ACTIONS: torch.where(explore, random, q.argmax(dim=1))}
+
+    @override(TorchRLModule)
+    def forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if not self.training:  # RLlib walks every submodule with .train() on each call; once is enough
+            self.train()
+        return self._forward_train(batch, **kwargs)
 
     @override(RLModule)
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

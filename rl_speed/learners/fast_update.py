@@ -1,0 +1,57 @@
+"""FastUpdateMixin: one fused gradient-norm pass per update for clipping and the finiteness check.
+
+RLlib's ``TorchLearner`` clips by global norm with a Python loop over parameters, then checks
+``torch.isfinite(grad).all()`` in a Python ``if`` for every parameter, twice (one device sync per parameter tensor on
+a GPU). Here the per-parameter norms come from one ``torch._foreach_norm`` call, clipping is one ``_foreach_mul_``,
+and the whole update is checked with a single ``.item()``: a non-finite update is skipped (no optimizer step) and
+counted in ``num_non_finite_updates_skipped_lifetime``. Gradients are zeroed with ``set_to_none=True`` by RLlib's
+``compute_gradients`` already.
+
+Mix in before the Torch learner: ``class MyLearner(FastUpdateMixin, DQNTorchLearner)``. Learners configured with a
+grad scaler or torch LR schedulers fall back to RLlib's own ``apply_gradients``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+NON_FINITE_SKIPPED = "num_non_finite_updates_skipped_lifetime"
+
+
+class FastUpdateMixin:
+    """See the module docstring. Works with any ``TorchLearner`` subclass."""
+
+    def postprocess_gradients_for_module(self, *, module_id: str, config: Any = None,
+                                         module_gradients_dict: dict) -> dict:
+        grads = [g for g in module_gradients_dict.values() if g is not None]
+        if not grads:
+            return module_gradients_dict
+        norms = torch._foreach_norm(grads)  # one fused pass over all gradient tensors
+        global_norm = torch.linalg.vector_norm(torch.stack(norms))
+        if not hasattr(self, "_update_finite"):
+            self._update_finite: list[torch.Tensor] = []
+        self._update_finite.append(torch.isfinite(global_norm))  # checked once, in apply_gradients
+        clip = getattr(config, "grad_clip", None)
+        if clip is not None and getattr(config, "grad_clip_by", "global_norm") == "global_norm":
+            # Same rule as RLlib's clip_gradients: scale by clip / max(norm + 1e-6, clip), without a sync.
+            torch._foreach_mul_(grads, clip / torch.clamp(global_norm + 1e-6, min=clip))
+        elif clip is not None:
+            return super().postprocess_gradients_for_module(  # type: ignore[misc]
+                module_id=module_id, config=config, module_gradients_dict=module_gradients_dict)
+        return module_gradients_dict
+
+    def apply_gradients(self, gradients_dict: dict) -> None:
+        finite_flags = getattr(self, "_update_finite", [])
+        if self._grad_scalers is not None or self._lr_scheduler_classes is not None:
+            finite_flags.clear()
+            return super().apply_gradients(gradients_dict)  # type: ignore[misc]
+        finite = bool(torch.stack(finite_flags).all().item()) if finite_flags else True  # the one device sync
+        finite_flags.clear()
+        if not finite:
+            self.metrics.log_value(NON_FINITE_SKIPPED, 1, reduce="lifetime_sum")
+            return
+        for module_id, optimizer_names in self._module_optimizers.items():
+            for optimizer_name in optimizer_names:
+                self.get_optimizer(module_id, optimizer_name).step()

@@ -1,0 +1,61 @@
+"""FastUpdateMixin: clipping equals RLlib's global-norm clipping; a non-finite update is skipped and counted."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.torch_utils import clip_gradients
+
+from rl_speed.algorithms.fast_dqn import FastDQNConfig
+from rl_speed.learners.fast_update import NON_FINITE_SKIPPED
+
+
+@pytest.fixture
+def learner():
+    config = FastDQNConfig().environment("CartPole-v1").training(grad_clip=0.5).debugging(seed=0)
+    lrn = config.build_learner(env=gym.make("CartPole-v1"))
+    lrn.build()
+    return lrn
+
+
+def _batch(n=64, reward=1.0):
+    rng = np.random.default_rng(0)
+    return {"obs": rng.normal(size=(n, 4)).astype(np.float32), "new_obs": rng.normal(size=(n, 4)).astype(np.float32),
+            "actions": rng.integers(0, 2, n), "rewards": np.full(n, reward, np.float32),
+            "terminateds": np.zeros(n, bool), "n_step": np.ones(n, np.float32), "weights": np.ones(n, np.float32)}
+
+
+def _grads(learner, batch):
+    tensors = {k: torch.as_tensor(v) for k, v in batch.items()}
+    fwd = learner.module.forward_train({DEFAULT_MODULE_ID: tensors})
+    losses = learner.compute_losses(fwd_out=fwd, batch={DEFAULT_MODULE_ID: tensors})
+    return learner.compute_gradients(losses)
+
+
+def test_clipping_matches_rllib_global_norm_clipping(learner):
+    grads = _grads(learner, _batch(reward=50.0))  # large targets: the norm exceeds grad_clip
+    reference = {k: g.clone() for k, g in grads.items()}
+    clip_gradients(reference, grad_clip=0.5, grad_clip_by="global_norm")
+    ours = learner.postprocess_gradients(grads)
+    assert torch.linalg.vector_norm(torch.stack([g.norm() for g in ours.values()])) == pytest.approx(0.5, rel=1e-4)
+    for key in reference:
+        torch.testing.assert_close(ours[key], reference[key])
+
+
+def test_non_finite_update_is_skipped_and_counted(learner):
+    before = {k: p.detach().clone() for k, p in learner.module[DEFAULT_MODULE_ID].named_parameters()}
+    results = learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(_batch(reward=np.nan))}, 64),
+                             timesteps={"num_env_steps_sampled_lifetime": 0})
+    after = dict(learner.module[DEFAULT_MODULE_ID].named_parameters())
+    for key, value in before.items():
+        torch.testing.assert_close(after[key].detach(), value)
+    assert results[NON_FINITE_SKIPPED].peek() == 1
+    learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(_batch())}, 64),
+                   timesteps={"num_env_steps_sampled_lifetime": 0})
+    changed = dict(learner.module[DEFAULT_MODULE_ID].named_parameters())
+    assert any(not torch.equal(changed[k].detach(), v) for k, v in before.items())  # a finite update does step
