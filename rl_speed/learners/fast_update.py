@@ -7,21 +7,42 @@ and the whole update is checked with a single ``.item()``: a non-finite update i
 counted in ``num_non_finite_updates_skipped_lifetime``. Gradients are zeroed with ``set_to_none=True`` by RLlib's
 ``compute_gradients`` already.
 
+It also slices minibatches of a ``batch=`` update as tensor views of the once-converted batch (RLlib's iterator
+re-slices and concatenates ``SampleBatch`` objects per minibatch), and uses Adam's multi-tensor (``foreach``) kernels.
+
 Mix in before the Torch learner: ``class MyLearner(FastUpdateMixin, DQNTorchLearner)``. Learners configured with a
 grad scaler or torch LR schedulers fall back to RLlib's own ``apply_gradients``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import torch
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 NON_FINITE_SKIPPED = "num_non_finite_updates_skipped_lifetime"
 
 
 class FastUpdateMixin:
     """See the module docstring. Works with any ``TorchLearner`` subclass."""
+
+    def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
+        params = self.get_parameters(self._module[module_id])
+        self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(params, foreach=True),
+                                params=params, lr_or_lr_schedule=config.lr)
+
+    def _create_iterator_if_necessary(self, *, training_data: Any, num_total_minibatches: int = 0,
+                                      num_epochs: int = 1, minibatch_size: int | None = None,
+                                      shuffle_batch_per_epoch: bool = False, **kwargs: Any) -> Any:
+        simple = (training_data.batch is not None and training_data.episodes is None and minibatch_size
+                  and num_epochs == 1 and not num_total_minibatches)
+        if not simple:
+            return super()._create_iterator_if_necessary(  # type: ignore[misc]
+                training_data=training_data, num_total_minibatches=num_total_minibatches, num_epochs=num_epochs,
+                minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch, **kwargs)
+        batch = self._make_batch_if_necessary(training_data=training_data)  # tensors on the learner's device
+        return _tensor_minibatches(batch, minibatch_size)
 
     def postprocess_gradients_for_module(self, *, module_id: str, config: Any = None,
                                          module_gradients_dict: dict) -> dict:
@@ -55,3 +76,15 @@ class FastUpdateMixin:
         for module_id, optimizer_names in self._module_optimizers.items():
             for optimizer_name in optimizer_names:
                 self.get_optimizer(module_id, optimizer_name).step()
+
+
+def _tensor_minibatches(batch: MultiAgentBatch, size: int) -> Iterator[MultiAgentBatch]:
+    """Consecutive minibatches of ``size`` rows as views of ``batch``'s tensors (``[k*B, ...] -> k x [B, ...]``);
+    a last partial minibatch is dropped, as RLlib's iterator would wrap it around instead."""
+    count = min(len(b) for b in batch.policy_batches.values())
+    for start in range(0, count - size + 1, size):
+        yield MultiAgentBatch(
+            {mid: SampleBatch({k: v[start:start + size] for k, v in b.items()})
+             for mid, b in batch.policy_batches.items()},
+            env_steps=batch.env_steps(),
+        )
