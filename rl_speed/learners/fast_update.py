@@ -42,7 +42,26 @@ class FastUpdateMixin:
                 training_data=training_data, num_total_minibatches=num_total_minibatches, num_epochs=num_epochs,
                 minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch, **kwargs)
         batch = self._make_batch_if_necessary(training_data=training_data)  # tensors on the learner's device
-        return _tensor_minibatches(batch, minibatch_size)
+        return self._tensor_minibatches(batch, minibatch_size)
+
+    #: False while an update() call has more minibatches to go: losses may skip window-1 statistics then.
+    is_last_minibatch: bool = True
+
+    def _tensor_minibatches(self, batch: MultiAgentBatch, size: int) -> Iterator[MultiAgentBatch]:
+        """Consecutive minibatches of ``size`` rows as views of ``batch``'s tensors (``[k*B, ...] -> k x [B, ...]``);
+        a last partial minibatch is dropped (RLlib's iterator would wrap around to fill it)."""
+        count = min(len(b) for b in batch.policy_batches.values())
+        starts = range(0, count - size + 1, size)
+        try:
+            for start in starts:
+                self.is_last_minibatch = start == starts[-1]
+                yield MultiAgentBatch(
+                    {mid: SampleBatch({k: v[start:start + size] for k, v in b.items()})
+                     for mid, b in batch.policy_batches.items()},
+                    env_steps=batch.env_steps(),
+                )
+        finally:
+            self.is_last_minibatch = True
 
     def postprocess_gradients_for_module(self, *, module_id: str, config: Any = None,
                                          module_gradients_dict: dict) -> dict:
@@ -77,14 +96,3 @@ class FastUpdateMixin:
             for optimizer_name in optimizer_names:
                 self.get_optimizer(module_id, optimizer_name).step()
 
-
-def _tensor_minibatches(batch: MultiAgentBatch, size: int) -> Iterator[MultiAgentBatch]:
-    """Consecutive minibatches of ``size`` rows as views of ``batch``'s tensors (``[k*B, ...] -> k x [B, ...]``);
-    a last partial minibatch is dropped, as RLlib's iterator would wrap it around instead."""
-    count = min(len(b) for b in batch.policy_batches.values())
-    for start in range(0, count - size + 1, size):
-        yield MultiAgentBatch(
-            {mid: SampleBatch({k: v[start:start + size] for k, v in b.items()})
-             for mid, b in batch.policy_batches.items()},
-            env_steps=batch.env_steps(),
-        )

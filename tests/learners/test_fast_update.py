@@ -59,3 +59,23 @@ def test_non_finite_update_is_skipped_and_counted(learner):
                    timesteps={"num_env_steps_sampled_lifetime": 0})
     changed = dict(learner.module[DEFAULT_MODULE_ID].named_parameters())
     assert any(not torch.equal(changed[k].detach(), v) for k, v in before.items())  # a finite update does step
+
+
+@pytest.mark.parametrize("double_q, loss_fn", [(True, "huber"), (False, "huber"), (True, "mse")])
+def test_dqn_loss_equals_rllibs_dqn_torch_learner(double_q, loss_fn):
+    from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+
+    config = (FastDQNConfig().environment("CartPole-v1").training(double_q=double_q, td_error_loss_fn=loss_fn)
+              .debugging(seed=0))
+    lrn = config.build_learner(env=gym.make("CartPole-v1"))
+    lrn.build()
+    batch = {k: torch.as_tensor(v) for k, v in _batch(reward=3.0).items()}
+    batch["terminateds"][::3] = True
+    batch["n_step"][::2] = 3.0
+    batch["weights"] = torch.linspace(0.1, 1.0, 64)
+    fwd = lrn.module[DEFAULT_MODULE_ID].forward_train(batch)
+    ours = lrn.compute_loss_for_module(module_id=DEFAULT_MODULE_ID, config=config, batch=batch, fwd_out=fwd)
+    stock = DQNTorchLearner.compute_loss_for_module(lrn, module_id=DEFAULT_MODULE_ID, config=config, batch=batch,
+                                                    fwd_out=fwd)
+    torch.testing.assert_close(ours, stock)
+    assert ours > 0
