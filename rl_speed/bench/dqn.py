@@ -42,7 +42,7 @@ HIDDEN = [64, 64]
 WARMUP_STEPS = 1000
 
 
-def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime) -> Any:
+def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime, device: str = "cpu") -> Any:
     import rl_speed
 
     rl_speed.register()
@@ -64,12 +64,14 @@ def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime) -> Any:
                   num_steps_sampled_before_learning_starts=WARMUP_STEPS,
                   replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000})
         .reporting(min_sample_timesteps_per_iteration=1000, min_time_s_per_iteration=0)
+        .learners(num_gpus_per_learner=1 if device == "cuda" else 0)
     )
 
 
-def _rllib_rates(algo: str, env: str, env_config: dict, regime: Regime, seconds: float) -> tuple[float, float]:
+def _rllib_rates(algo: str, env: str, env_config: dict, regime: Regime, seconds: float,
+                 device: str = "cpu") -> tuple[float, float]:
     """(env steps/s, updates/s) of stock DQN or FastDQN, measured after learning started."""
-    algo_obj = _rllib_config(algo, env, env_config, regime).build_algo()
+    algo_obj = _rllib_config(algo, env, env_config, regime, device).build_algo()
     try:
         def counters(result: dict) -> tuple[float, float]:
             steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
@@ -99,7 +101,8 @@ def _q_net(obs_dim: int, num_actions: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(obs_dim, num_actions))
 
 
-def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float) -> tuple[float, float]:
+def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float,
+                device: str = "cpu") -> tuple[float, float]:
     """The no-framework ceiling: numpy vector env, numpy ring buffer, the same Q-net and loss, one process."""
     import rl_speed_envs
 
@@ -107,7 +110,8 @@ def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float) -
     n, batch = regime.num_envs, regime.batch_size
     env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
     obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
-    q, opt = _q_net(obs_dim, num_actions), None
+    dev = torch.device(device)
+    q = _q_net(obs_dim, num_actions).to(dev)
     target = copy.deepcopy(q)
     opt = torch.optim.Adam(q.parameters(), lr=5e-4)
     cap = 100_000
@@ -124,7 +128,7 @@ def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float) -
     while True:
         eps = max(0.05, 1.0 - steps / 10_000 * 0.95)
         with torch.inference_mode():
-            greedy = q(torch.from_numpy(np.asarray(obs, np.float32))).argmax(1).numpy()
+            greedy = q(torch.from_numpy(np.asarray(obs, np.float32)).to(dev)).argmax(1).cpu().numpy()
         actions = np.where(rng.random(n) < eps, rng.integers(0, num_actions, n), greedy)
         nxt, rew, term, trunc, _ = env.step(actions)
         keep = ~resetting  # NEXT_STEP autoreset steps are not transitions
@@ -140,12 +144,12 @@ def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float) -
         while owed >= 1:
             owed -= 1
             b = rng.integers(0, size, batch)
-            o, o2 = torch.from_numpy(obs_buf[b]), torch.from_numpy(next_buf[b])
+            o, o2 = torch.from_numpy(obs_buf[b]).to(dev), torch.from_numpy(next_buf[b]).to(dev)
+            r, d = torch.from_numpy(rew_buf[b]).to(dev), torch.from_numpy(term_buf[b]).to(dev)
             with torch.no_grad():
                 best = q(o2).argmax(1, keepdim=True)
-                target_q = torch.from_numpy(rew_buf[b]) + 0.99 * (1 - torch.from_numpy(term_buf[b])) * \
-                    target(o2).gather(1, best).squeeze(1)
-            pred = q(o).gather(1, torch.from_numpy(act_buf[b])[:, None]).squeeze(1)
+                target_q = r + 0.99 * (1 - d) * target(o2).gather(1, best).squeeze(1)
+            pred = q(o).gather(1, torch.from_numpy(act_buf[b]).to(dev)[:, None]).squeeze(1)
             loss = nn.functional.huber_loss(pred, target_q)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -161,10 +165,11 @@ def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float) -
 
 
 def run(repeats: int = 3, seconds: float = 10.0, envs: tuple[str, ...] = tuple(ENVS),
-        regimes: tuple[str, ...] = tuple(REGIMES)) -> str:
+        regimes: tuple[str, ...] = tuple(REGIMES), device: str = "cpu") -> str:
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
+             log_to_driver=False)
     torch.set_num_threads(1)
     rows = []
     try:
@@ -173,9 +178,9 @@ def run(repeats: int = 3, seconds: float = 10.0, envs: tuple[str, ...] = tuple(E
                 regime = REGIMES[name]
                 runs: dict[str, list[tuple[float, float]]] = {"stock": [], "fast": [], "bare": []}
                 for _ in range(repeats):  # interleaved, so drift on this shared machine hits all three alike
-                    runs["stock"].append(_rllib_rates("stock", env, ENVS[env], regime, seconds))
-                    runs["fast"].append(_rllib_rates("fast", env, ENVS[env], regime, seconds))
-                    runs["bare"].append(_bare_rates(env, ENVS[env], regime, seconds))
+                    runs["stock"].append(_rllib_rates("stock", env, ENVS[env], regime, seconds, device))
+                    runs["fast"].append(_rllib_rates("fast", env, ENVS[env], regime, seconds, device))
+                    runs["bare"].append(_bare_rates(env, ENVS[env], regime, seconds, device))
                 med = {k: (statistics.median(s for s, _ in v), statistics.median(u for _, u in v))
                        for k, v in runs.items()}
                 rows.append(
@@ -189,6 +194,7 @@ def run(repeats: int = 3, seconds: float = 10.0, envs: tuple[str, ...] = tuple(E
         "### DQN: stock RLlib vs FastDQN vs bare torch loop (env steps/s / learner updates/s)",
         "",
         f"Command: `rl-speed bench dqn` · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · "
+        f"learner on {device}{' (' + torch.cuda.get_device_name() + ')' if device == 'cuda' else ''}, "
         f"torch threads 1, local sampling, median of {repeats} interleaved runs of {seconds:.0f} s after warm-up.",
         "",
         "| env | regime | stock DQN | FastDQN | bare loop | FastDQN / stock | FastDQN / bare |",

@@ -13,7 +13,8 @@ from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, 
 
 USAGE_ERROR = 2
 #: benchmark name -> module with a run(repeats) -> markdown function
-BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn"}
+BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
+              "gae": "rl_speed.bench.gae"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run a benchmark and print its markdown table (see BENCHMARKS.md)")
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn benchmark)")
     return parser
 
 
@@ -59,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         import importlib
 
-        print(importlib.import_module(BENCHMARKS[args.name]).run(args.repeats))
+        run = importlib.import_module(BENCHMARKS[args.name]).run
+        kwargs = {"device": args.device} if args.device != "cpu" else {}
+        print(run(args.repeats, **kwargs))
         return 0
     return USAGE_ERROR
 

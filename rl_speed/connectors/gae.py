@@ -1,0 +1,53 @@
+"""Generalized advantage estimation over ``[T, N]`` columns, vectorized over N, on any torch device.
+
+RLlib's ``compute_value_targets`` walks every timestep of every episode in a Python loop (about 0.6 us per step on
+a CPU). Here one backward pass over T updates all N lanes at once with tensor operations, so the cost is T small
+kernels whatever N is, and the data never leaves the learner's device.
+
+Conventions follow :mod:`rl_speed.columns` (and match RLlib's): for a valid step t,
+``delta_t = r_t + gamma * (1 - terminated_t) * V(obs_{t+1}) - V(obs_t)``, and the recursion
+``A_t = delta_t + gamma * lambda * (1 - terminated_t) * (1 - truncated_t) * A_{t+1}`` stops at episode ends. A
+truncated step still bootstraps from ``V(obs_{t+1})`` (its true final observation), a terminated one does not, and
+the last step of the rollout bootstraps from ``V(obs_T)``. Invalid steps (NEXT_STEP resets) get advantage 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def vectorized_gae(values: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor,
+                   truncateds: torch.Tensor, valid: torch.Tensor | None = None, *, gamma: float, lambda_: float,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and value targets, both ``[T, N]`` float32.
+
+    Args:
+        values: ``[T + 1, N]`` value estimates of ``obs[0..T]`` (row T is the bootstrap observation's).
+        rewards, terminateds, truncateds, valid: ``[T, N]``.
+    """
+    t_len = rewards.shape[0]
+    if values.shape[0] != t_len + 1 or values.shape[1:] != rewards.shape[1:]:
+        raise ValueError(f"vectorized_gae: values must be [T + 1, N] = {[t_len + 1, *rewards.shape[1:]]}, "
+                         f"got {list(values.shape)}.")
+    values = values.float()
+    not_terminal = 1.0 - terminateds.float()
+    propagate = not_terminal * (1.0 - truncateds.float()) * (gamma * lambda_)
+    deltas = rewards.float() + gamma * not_terminal * values[1:] - values[:-1]  # [T, N]
+    if valid is not None:
+        deltas = deltas * valid.float()
+    advantages = torch.zeros_like(values)  # [T + 1, N]; row T stays 0 (nothing to propagate past the rollout)
+    for t in range(t_len - 1, -1, -1):  # one pass over T, one fused [N]-wide kernel per step
+        torch.addcmul(deltas[t], propagate[t], advantages[t + 1], out=advantages[t])
+    advantages = advantages[:-1]
+    return advantages, advantages + values[:-1]
+
+
+def standardize(advantages: torch.Tensor, valid: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
+    """Zero mean, unit std over the valid entries (one fused reduction, no host sync)."""
+    if valid is None:
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
+    mask = valid.float()
+    count = mask.sum().clamp(min=1.0)
+    mean = (advantages * mask).sum() / count
+    var = (((advantages - mean) * mask) ** 2).sum() / count
+    return (advantages - mean) / (var.sqrt() + eps) * mask
