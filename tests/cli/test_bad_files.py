@@ -30,14 +30,22 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_file_gets_one_paragraph_naming_file_key_and_fix(name, capsys):
+@pytest.fixture
+def no_ray_start(monkeypatch):
+    """Fails the test if the command tries to start or join Ray."""
     import ray
 
+    def refuse(*args, **kwargs):
+        raise AssertionError("ray.init() was called for a bad file")
+
+    monkeypatch.setattr(ray, "init", refuse)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_file_gets_one_paragraph_naming_file_key_and_fix(name, capsys, no_ray_start):
     status = main(["train", str(BAD / name)])
     err = capsys.readouterr().err.strip()
-    assert status == 2
-    assert not ray.is_initialized()  # rejected before any Ray process started
+    assert status == 2  # rejected before any Ray process started (no_ray_start)
     assert err.startswith(f"Error in {BAD / name}") and "Fix:" in err
     assert "\n\n" not in err and "Traceback" not in err
     for fragment in CASES[name]:
@@ -52,14 +60,14 @@ def test_bad_file_gets_one_paragraph_naming_file_key_and_fix(name, capsys):
         (["--config", '{"lrr": 0.1}'], ["snake-ppo.config.lrr", "did you mean 'lr'"]),
     ],
 )
-def test_bad_flags_are_reported_like_bad_files(flags, fragments, capsys):
+def test_bad_flags_are_reported_like_bad_files(flags, fragments, capsys, no_ray_start):
     assert main(["train", str(GOOD), *flags]) == 2
     err = capsys.readouterr().err
     for fragment in fragments:
         assert fragment in err, (fragment, err)
 
 
-def test_missing_file(capsys):
+def test_missing_file(capsys, no_ray_start):
     assert main(["train", "no/such/file.yaml"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
