@@ -51,8 +51,9 @@ def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime, device:
         fragment = 1  # stock's sample call is per vector step; its ratio logic interleaves updates between them
     else:
         from rl_speed.algorithms.fast_dqn import FastDQNConfig as Config
-        # Columns amortize per-call costs: sample >= 32 env steps and >= 8 updates' worth per training step.
-        fragment = max(32 // regime.num_envs, 8 * regime.env_steps_per_update // regime.num_envs, 1)
+        # Columns amortize per-call costs: sample >= 32 env steps and >= 16 updates' worth per training step
+        # (the replay ratio is the same; updates are interleaved with sampling at a coarser grain).
+        fragment = max(32 // regime.num_envs, 16 * regime.env_steps_per_update // regime.num_envs, 1)
     return (
         Config()
         .environment(env, env_config=env_config)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import tree
 
+from gymnasium.wrappers.vector import DictInfoToList
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.annotations import override
@@ -112,6 +113,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             "truncateds": np.empty((steps, n), bool),
             "valid": np.empty((steps, n), bool),
         }
+        # RLlib wraps the vector env in DictInfoToList, which rebuilds N info dicts per step; columns carry no
+        # infos, so step the wrapped env directly.
+        env = self.env.env if isinstance(self.env, DictInfoToList) else self.env
         runners = self.config.num_env_runners or 1
         for t in range(steps):
             _write(columns["obs"], t, self._obs)
@@ -124,7 +128,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 if key not in columns:
                     columns[key] = np.empty((steps, n, *value.shape[1:]), value.dtype)
                 columns[key][t] = value
-            obs, rewards, terminateds, truncateds, _ = self.env.step(actions)
+            obs, rewards, terminateds, truncateds, _ = env.step(actions)
             valid = ~self._resetting
             columns["actions"][t] = actions
             columns["rewards"][t] = rewards

@@ -7,8 +7,11 @@ and the whole update is checked with a single ``.item()``: a non-finite update i
 counted in ``num_non_finite_updates_skipped_lifetime``. Gradients are zeroed with ``set_to_none=True`` by RLlib's
 ``compute_gradients`` already.
 
-It also slices minibatches of a ``batch=`` update as tensor views of the once-converted batch (RLlib's iterator
-re-slices and concatenates ``SampleBatch`` objects per minibatch), and uses Adam's multi-tensor (``foreach``) kernels.
+It also runs ``update(batch=..., minibatch_size=B, num_epochs=1)`` (FastDQN's call) as a lean loop: the batch is
+converted to tensors once, minibatches are tensor views, and RLlib's per-minibatch bookkeeping (SampleBatch wrappers,
+steps-trained counters, Prometheus counters, timers) is done once per call with the same totals. Other update
+calls (episodes, several epochs, shuffling, data iterators) take RLlib's own path. Adam uses its multi-tensor
+(``foreach``) kernels.
 
 Mix in before the Torch learner: ``class MyLearner(FastUpdateMixin, DQNTorchLearner)``. Learners configured with a
 grad scaler or torch LR schedulers fall back to RLlib's own ``apply_gradients``.
@@ -16,10 +19,17 @@ grad scaler or torch LR schedulers fall back to RLlib's own ``apply_gradients``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import torch
-from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.core import ALL_MODULES
+from ray.rllib.utils.metrics import (
+    NUM_ENV_STEPS_TRAINED,
+    NUM_ENV_STEPS_TRAINED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
 
 NON_FINITE_SKIPPED = "num_non_finite_updates_skipped_lifetime"
 
@@ -32,36 +42,56 @@ class FastUpdateMixin:
         self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(params, foreach=True),
                                 params=params, lr_or_lr_schedule=config.lr)
 
-    def _create_iterator_if_necessary(self, *, training_data: Any, num_total_minibatches: int = 0,
-                                      num_epochs: int = 1, minibatch_size: int | None = None,
-                                      shuffle_batch_per_epoch: bool = False, **kwargs: Any) -> Any:
-        simple = (training_data.batch is not None and training_data.episodes is None and minibatch_size
-                  and num_epochs == 1 and not num_total_minibatches)
-        if not simple:
-            return super()._create_iterator_if_necessary(  # type: ignore[misc]
-                training_data=training_data, num_total_minibatches=num_total_minibatches, num_epochs=num_epochs,
-                minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch, **kwargs)
-        batch = self._make_batch_if_necessary(training_data=training_data)  # tensors on the learner's device
-        return self._tensor_minibatches(batch, minibatch_size)
-
     #: False while an update() call has more minibatches to go: losses may skip window-1 statistics then.
     is_last_minibatch: bool = True
 
-    def _tensor_minibatches(self, batch: MultiAgentBatch, size: int) -> Iterator[MultiAgentBatch]:
-        """Consecutive minibatches of ``size`` rows as views of ``batch``'s tensors (``[k*B, ...] -> k x [B, ...]``);
-        a last partial minibatch is dropped (RLlib's iterator would wrap around to fill it)."""
-        count = min(len(b) for b in batch.policy_batches.values())
-        starts = range(0, count - size + 1, size)
+    def update(self, *args: Any, training_data: Any = None, timesteps: dict | None = None, num_epochs: int = 1,
+               minibatch_size: int | None = None, shuffle_batch_per_epoch: bool = False,
+               num_total_minibatches: int = 0, **kwargs: Any) -> Any:
+        lean = (not args and training_data is not None and training_data.batch is not None
+                and training_data.episodes is None and not training_data.data_iterators and minibatch_size
+                and num_epochs == 1 and not num_total_minibatches and not kwargs.get("_no_metrics_reduce")
+                and len(self.module) == 1)
+        if not lean:
+            return super().update(  # type: ignore[misc]
+                *args, training_data=training_data, timesteps=timesteps, num_epochs=num_epochs,
+                minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch,
+                num_total_minibatches=num_total_minibatches, **kwargs)
+        self._check_is_built()
+        self.before_gradient_based_update(timesteps=timesteps or {})
+        training_data.validate()
+        training_data.solve_refs()
+        self._weights_seq_no += 1
+        batch = self._make_batch_if_necessary(training_data=training_data)  # tensors on the learner's device
+        (module_id, module_batch), = batch.policy_batches.items()
+        starts = range(0, len(module_batch) - minibatch_size + 1, minibatch_size)
         try:
-            for start in starts:
+            for start in starts:  # [k*B, ...] -> k x [B, ...] views, no copies
                 self.is_last_minibatch = start == starts[-1]
-                yield MultiAgentBatch(
-                    {mid: SampleBatch({k: v[start:start + size] for k, v in b.items()})
-                     for mid, b in batch.policy_batches.items()},
-                    env_steps=batch.env_steps(),
-                )
+                minibatch = {k: v[start:start + minibatch_size] for k, v in module_batch.items()}
+                _, loss_per_module, _ = self._update({module_id: minibatch})
         finally:
             self.is_last_minibatch = True
+        self._log_lean_update(module_id, len(starts) * minibatch_size, len(starts) * batch.env_steps(),
+                              loss_per_module)
+        self.after_gradient_based_update(timesteps=timesteps or {})
+        return self.metrics.reduce()
+
+    def _log_lean_update(self, module_id: str, module_steps: int, env_steps: int, loss_per_module: dict) -> None:
+        """What RLlib's update() logs per minibatch, logged once with the call's totals."""
+        self.metrics.log_value((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
+        self.metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum")
+        self.metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), module_steps, reduce="lifetime_sum",
+                               with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum",
+                               with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), module_steps,
+                               reduce="lifetime_sum", with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_ENV_STEPS_TRAINED), env_steps, reduce="sum", with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), env_steps, reduce="lifetime_sum",
+                               with_throughput=True)
+        for mid, loss in loss_per_module.items():
+            self.metrics.log_value(key=(mid, self.TOTAL_LOSS_KEY), value=loss, window=1)
 
     def postprocess_gradients_for_module(self, *, module_id: str, config: Any = None,
                                          module_gradients_dict: dict) -> dict:

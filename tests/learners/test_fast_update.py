@@ -79,3 +79,28 @@ def test_dqn_loss_equals_rllibs_dqn_torch_learner(double_q, loss_fn):
                                                     fwd_out=fwd)
     torch.testing.assert_close(ours, stock)
     assert ours > 0
+
+
+def test_lean_multi_minibatch_update_equals_sequential_rllib_updates():
+    def fresh():
+        config = FastDQNConfig().environment("CartPole-v1").debugging(seed=0)
+        lrn = config.build_learner(env=gym.make("CartPole-v1"))
+        lrn.build()
+        return lrn
+
+    lean, stock = fresh(), fresh()
+    for (k, a), b in zip(lean.module[DEFAULT_MODULE_ID].state_dict().items(),
+                         stock.module[DEFAULT_MODULE_ID].state_dict().values()):
+        assert torch.equal(a, b), k  # same start
+    data = _batch(n=128, reward=2.0)
+    ts = {"num_env_steps_sampled_lifetime": 0}
+    results = lean.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(data)}, 64), minibatch_size=64,
+                          num_epochs=1, timesteps=ts)
+    for half in (slice(0, 64), slice(64, 128)):  # RLlib's path, one minibatch per call
+        stock.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch({k: v[half] for k, v in data.items()})},
+                                           64), timesteps=ts)
+    for (k, a), b in zip(lean.module[DEFAULT_MODULE_ID].state_dict().items(),
+                         stock.module[DEFAULT_MODULE_ID].state_dict().values()):
+        torch.testing.assert_close(a, b, msg=k)
+    assert results[DEFAULT_MODULE_ID]["num_module_steps_trained_lifetime"].peek() == 128
+    assert sum(len(td) for td in results[DEFAULT_MODULE_ID]["td_error"].peek()) == 128  # one series per minibatch
