@@ -62,7 +62,8 @@ class FastDQNConfig(DQNConfig):
     * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
 
     ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured; a ``type`` naming one of RLlib's
-    prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling.
+    prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling; ``storage_device``
+    (e.g. "cuda") keeps observations and actions as torch tensors on that device.
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
@@ -195,7 +196,8 @@ class FastDQN(DQN):
         rb = cfg.replay_buffer_config
         self._buffer = BatchedReplayBuffer(
             capacity=rb["capacity"], num_lanes=max(1, cfg.num_env_runners) * self._lanes_per_runner,
-            prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4), seed=cfg.seed)
+            prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4), seed=cfg.seed,
+            device=rb.get("storage_device"))
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
 
     @property

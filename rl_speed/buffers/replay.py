@@ -34,7 +34,7 @@ class BatchedReplayBuffer:
     """
 
     def __init__(self, capacity: int, num_lanes: int, *, prioritized: bool = False, alpha: float = 0.6,
-                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None) -> None:
+                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None, device: str | None = None) -> None:
         if not capacity >= 1:
             raise ValueError(f"BatchedReplayBuffer: `capacity` must be >= 1, got {capacity}.")
         if not num_lanes >= 1:
@@ -44,6 +44,10 @@ class BatchedReplayBuffer:
         _check_beta(beta)
         if not (eps >= 0 and math.isfinite(eps)):
             raise ValueError(f"BatchedReplayBuffer: `eps` must be finite and >= 0, got {eps}.")
+        # `device` (e.g. "cuda"): obs / next_obs / actions live there as torch tensors, in their own dtype, and
+        # samples of them come back as tensors on that device; the index math (tree, n-step) stays in numpy.
+        self.device = device
+        self._spec: dict[str, tuple[tuple[int, ...], np.dtype]] = {}  # free column -> (per-step shape, dtype)
         self.num_lanes = int(num_lanes)
         self.slots_per_lane = math.ceil(int(capacity) / self.num_lanes)  # C
         self.capacity = self.slots_per_lane * self.num_lanes  # C * L >= the requested capacity
@@ -103,6 +107,8 @@ class BatchedReplayBuffer:
         self._evicted += int(np.count_nonzero(self._step_id[rows, lanes] >= 0))
 
         for key, value in batch.items():
+            if self.device is not None and key in _FREE_COLUMNS:
+                value = _to_device(value, self.device, copy=False)  # one host-to-device copy per column per call
             _ring_write(self._data[key], value, start, lanes)
         _ring_write(self._step_id, np.where(valid, first_step + np.arange(t)[:, None], -1), start, lanes)
         _ring_write(self._continues, ~(batch["terminateds"] | batch["truncateds"]), start, lanes)
@@ -137,10 +143,9 @@ class BatchedReplayBuffer:
         indices = self._tree.find_prefix(self._rng.random(batch_size) * total)  # [B]
         out = self._nstep_for_indices(indices, n_step, gamma)
         last = out.pop("last_indices")
-        # take(axis=0) copies whole rows; fancy indexing on an [S, ...] array goes element by element (~5x slower).
-        out["obs"] = self._flat["obs"].take(indices, axis=0)
-        out["actions"] = self._flat["actions"].take(indices, axis=0)
-        out["next_obs"] = self._flat["next_obs"].take(last, axis=0)
+        out["obs"] = self._gather("obs", indices)
+        out["actions"] = self._gather("actions", indices)
+        out["next_obs"] = self._gather("next_obs", last)
         if self.prioritized:
             # (N * P(i)) ** -beta / max over the batch, with P(i) = p_i / total: N and total cancel.
             priorities = self._tree.get(indices)
@@ -201,13 +206,22 @@ class BatchedReplayBuffer:
         return {"rewards": ret.astype(np.float32), "terminateds": f["terminateds"][last], "n_step": used,
                 "last_indices": last}
 
+    def _gather(self, key: str, indices: np.ndarray) -> Any:
+        """Rows ``indices`` of a free column: numpy, or torch tensors on ``device``."""
+        if self.device is not None:
+            import torch
+
+            return self._flat[key].index_select(0, torch.as_tensor(indices, device=self._flat[key].device))
+        # take(axis=0) copies whole rows; fancy indexing on an [S, ...] array goes element by element (~5x slower).
+        return self._flat[key].take(indices, axis=0)
+
     def get_state(self) -> dict[str, Any]:
         """Everything needed to restore this buffer exactly (copies; picklable): storage, cursors, step ids,
         sum tree, max priority, counters, settings and the RNG state."""
         return {
             "capacity": self.capacity, "num_lanes": self.num_lanes, "prioritized": self.prioritized,
             "alpha": self.alpha, "beta": self.beta, "eps": self.eps,
-            "columns": {k: v.copy() for k, v in self._data.items()},
+            "columns": {k: _to_numpy(v) for k, v in self._data.items()},
             "step_id": self._step_id.copy(), "lane_steps": self._lane_steps.copy(),
             "tree": self._tree.get_state()["tree"], "max_priority": self._max_priority,
             "added": self._added, "evicted": self._evicted, "sampled": self._sampled,
@@ -222,7 +236,10 @@ class BatchedReplayBuffer:
                 raise ValueError(f"BatchedReplayBuffer.set_state: state has {key}={state[key]!r}, "
                                  f"this buffer {getattr(self, key)!r}.")
         self._tree.set_state({"capacity": self.capacity, "tree": state["tree"]})
-        self._data = {k: np.array(v) for k, v in state["columns"].items()}
+        self._data = {k: (_to_device(v, self.device) if k in _FREE_COLUMNS else np.array(v))
+                      for k, v in state["columns"].items()}
+        self._spec = {k: (np.shape(v)[2:], np.asarray(v).dtype) for k, v in state["columns"].items()
+                      if k in _FREE_COLUMNS}
         self._step_id = np.array(state["step_id"])
         self._continues = ~(self._data["terminateds"] | self._data["truncateds"])
         self._lane_steps = np.array(state["lane_steps"])
@@ -241,7 +258,15 @@ class BatchedReplayBuffer:
         """[C, L, *shape] storage for the free columns, in the first batch's per-step shapes and dtypes."""
         for key in _FREE_COLUMNS:
             value = batch[key]
-            self._data[key] = np.zeros((self.slots_per_lane, self.num_lanes, *value.shape[2:]), value.dtype)
+            shape = (self.slots_per_lane, self.num_lanes, *value.shape[2:])
+            self._spec[key] = (value.shape[2:], value.dtype)
+            if self.device is None:
+                self._data[key] = np.zeros(shape, value.dtype)
+            else:
+                import torch
+
+                dtype = torch.from_numpy(np.zeros(0, value.dtype)).dtype
+                self._data[key] = torch.zeros(shape, dtype=dtype, device=self.device)
         self._reflatten()
 
     def _checked(self, columns: Mapping[str, Any], lane_start: int) -> dict[str, np.ndarray]:
@@ -268,12 +293,13 @@ class BatchedReplayBuffer:
             raise ValueError(f"{where}: column 'rewards' must be real numbers, got {batch['rewards'].dtype}.")
         for key in _FREE_COLUMNS:
             # Each free column has to match its storage; before the first batch is stored, next_obs has to match obs.
-            ref = self._data.get(key, batch["obs"] if key == "next_obs" else batch[key])
-            if batch[key].shape[2:] != ref.shape[2:] or batch[key].dtype != ref.dtype:
-                stored = "the buffer stores" if key in self._data else "'obs' has"
+            first = batch["obs"] if key == "next_obs" else batch[key]
+            ref_shape, ref_dtype = self._spec.get(key, (first.shape[2:], first.dtype))
+            if batch[key].shape[2:] != ref_shape or batch[key].dtype != ref_dtype:
+                stored = "the buffer stores" if key in self._spec else "'obs' has"
                 raise ValueError(f"{where}: column {key!r} has per-step shape {batch[key].shape[2:]} and dtype "
-                                 f"{batch[key].dtype}, but {stored} per-step shape {ref.shape[2:]} and dtype "
-                                 f"{ref.dtype}.")
+                                 f"{batch[key].dtype}, but {stored} per-step shape {ref_shape} and dtype "
+                                 f"{ref_dtype}.")
         if not (0 <= lane_start and lane_start + n <= self.num_lanes):
             raise ValueError(f"{where}: lanes [`lane_start`={lane_start}, {lane_start + n}) must lie in "
                              f"[0, num_lanes={self.num_lanes}).")
@@ -296,3 +322,18 @@ def _ring_write(dst: np.ndarray, src: np.ndarray, start: int, lanes: slice) -> N
     head = min(len(src), len(dst) - start)  # rows before the ring wraps
     dst[start:start + head, lanes] = src[:head]
     dst[:len(src) - head, lanes] = src[head:]
+
+
+def _to_device(array: np.ndarray, device: str | None, copy: bool = True) -> Any:
+    """``array`` as a torch tensor on ``device`` (same dtype), or as numpy when device is None; ``copy=False``
+    may share memory with ``array`` (fine for values that are copied into storage right after)."""
+    if device is None:
+        return np.array(array, copy=copy)
+    import torch
+
+    tensor = torch.as_tensor(np.ascontiguousarray(array), device=device)
+    return tensor.clone() if copy else tensor
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy().copy() if hasattr(value, "detach") else value.copy()

@@ -157,3 +157,22 @@ def test_checkpoint_restores_buffer_and_counters_in_a_new_process(ray_session, t
     assert restored["metrics"] == metrics
     assert restored["iteration"] == 4  # training continues from iteration 3
     assert restored["steps"] > steps  # lifetime counters continue, not restart
+
+
+def test_weights_reach_the_env_runners_every_k_iterations(ray_session):
+    algo = _config(sync_weights_every=2).build_algo()
+
+    def runner_matches_learner() -> bool:
+        runner = algo.env_runner.module.state_dict()
+        learner = algo.learner_group._learner.module[DEFAULT_MODULE_ID].state_dict()
+        return all(torch.equal(runner[k], learner[k]) for k in runner)
+
+    try:
+        algo.train()  # iteration 0: synced at the end of each training step
+        assert runner_matches_learner()
+        algo.train()  # iteration 1: the learner moved on, the runner kept its weights
+        assert not runner_matches_learner()
+        algo.train()  # iteration 2: synced again
+        assert runner_matches_learner()
+    finally:
+        algo.stop()
