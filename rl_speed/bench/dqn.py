@@ -15,7 +15,7 @@ import copy
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -69,10 +69,11 @@ def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime, device:
     )
 
 
-def _rllib_rates(algo: str, env: str, env_config: dict, regime: Regime, seconds: float,
-                 device: str = "cpu") -> tuple[float, float]:
+def _rllib_rates(algo: str, env: str, env_config: dict, regime: Regime, seconds: float, device: str = "cpu",
+                 customize: Callable[[Any], Any] | None = None) -> tuple[float, float]:
     """(env steps/s, updates/s) of stock DQN or FastDQN, measured after learning started."""
-    algo_obj = _rllib_config(algo, env, env_config, regime, device).build_algo()
+    config = _rllib_config(algo, env, env_config, regime, device)
+    algo_obj = (customize(config) if customize else config).build_algo()
     try:
         def counters(result: dict) -> tuple[float, float]:
             steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
@@ -202,3 +203,36 @@ def run(repeats: int = 3, seconds: float = 10.0, envs: tuple[str, ...] = tuple(E
         "|---|---|---:|---:|---:|---:|---:|",
         *rows,
     ])
+
+
+def run_cnn_storage(seconds: float = 8.0, device: str = "cuda") -> str:
+    """FastDQN with the CNN Q-net on Snake's uint8 grid (10 x 10, one-hot planes built on the learner's device),
+    replay storage on the host (numpy) vs on ``device`` (torch), learner on ``device``."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
+             log_to_driver=False)
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for name in ("balanced", "env-bound"):
+            regime = REGIMES[name]
+            for storage in (None, device):
+                def cnn(config: Any, storage: str | None = storage) -> Any:
+                    return config.rl_module(model_config={"encoder": "cnn", "conv_channels": [32, 64],
+                                                          "fcnet_hiddens": [256], "head_fcnet_hiddens": []}) \
+                        .training(replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
+                                                        "capacity": 100_000, "storage_device": storage})
+
+                steps, updates = _rllib_rates("fast", "rl_speed/Snake-v0", {"observation": "grid"}, regime, seconds,
+                                              device, customize=cnn)
+                rows.append(f"| {name} ({regime.num_envs} envs, B={regime.batch_size}) | {storage or 'host (numpy)'} "
+                            f"| {steps:,.0f} | {updates:,.0f} |")
+    finally:
+        ray.shutdown()
+    return "\n".join([
+        "### FastDQN, CNN Q-net on Snake's uint8 grid: replay storage on the host vs on the GPU",
+        "", f"machine: {machine()} · learner on {device} · date: {time.strftime('%Y-%m-%d')} · one run of "
+        f"{seconds:.0f} s per figure.", "",
+        "| regime | replay storage | env steps/s | updates/s |", "|---|---|---:|---:|", *rows])
+
