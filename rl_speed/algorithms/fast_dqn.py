@@ -41,6 +41,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_speed.buffers import BatchedReplayBuffer
+from rl_speed.columns import next_obs, num_steps
 from rl_speed.env_runners import BatchedEnvRunner
 from rl_speed.learners.dqn import FastDQNTorchLearner
 from rl_speed.modules.q_net import QNetModule
@@ -214,10 +215,10 @@ class FastDQN(DQN):
         with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
             for worker_index, columns, _ in samples:
                 lane = max(0, worker_index - 1) * self._lanes_per_runner
-                self._buffer.add_batch({"obs": columns["obs"][:-1], "next_obs": columns["obs"][1:],
+                self._buffer.add_batch({"obs": columns["obs"][:-1], "next_obs": next_obs(columns),
                                         **{k: columns[k] for k in ("actions", "rewards", "terminateds",
                                                                    "truncateds", "valid")}}, lane_start=lane)
-                sampled += int(columns["valid"].sum())
+                sampled += num_steps(columns)
 
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
         batch_size = cfg.total_train_batch_size

@@ -39,7 +39,7 @@ from ray.rllib.utils.metrics import (
     SAMPLE_TIMER,
 )
 
-from rl_speed.columns import Columns
+from rl_speed.columns import Columns, num_steps
 
 
 def _set_runner_threads(config: Any, worker_index: int) -> None:
@@ -96,7 +96,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 self._episode_len[:] = 0
                 self._episode_start[:] = time.perf_counter()
             columns = self._sample_steps(steps, explore, random_actions)
-        valid_steps = int(columns["valid"].sum())
+        valid_steps = num_steps(columns)
         self._increase_sampled_metrics(valid_steps, self._num_finished)
         self._num_finished = 0
         self.num_env_steps_sampled_lifetime += valid_steps * (self.config.num_env_runners or 1)
