@@ -176,3 +176,15 @@ def test_weights_reach_the_env_runners_every_k_iterations(ray_session):
         assert runner_matches_learner()
     finally:
         algo.stop()
+
+
+def test_env_without_native_vector_form_runs_through_sync_vectorization(ray_session):
+    config = _config().environment("Acrobot-v1")
+    config.validate()
+    assert config.gym_env_vectorize_mode == "sync"  # Acrobot has no vector entry point
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["replay_buffer"]["added"] == result["env_runners"]["num_env_steps_sampled_lifetime"] > 0
