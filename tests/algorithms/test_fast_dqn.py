@@ -18,7 +18,7 @@ rl_speed.register()
 from ray.rllib.core import DEFAULT_MODULE_ID  # noqa: E402
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode  # noqa: E402
 
-from rl_speed.algorithms.fast_dqn import FastDQN, FastDQNConfig  # noqa: E402
+from rl_speed.algorithms.fast_dqn import FastDQNConfig  # noqa: E402
 
 
 def _config(**training) -> FastDQNConfig:
