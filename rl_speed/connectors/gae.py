@@ -51,3 +51,37 @@ def standardize(advantages: torch.Tensor, valid: torch.Tensor | None = None, eps
     mean = (advantages * mask).sum() / count
     var = (((advantages - mean) * mask) ** 2).sum() / count
     return (advantages - mean) / (var.sqrt() + eps) * mask
+
+
+def flat_value_targets(values: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor,
+                       truncateds: torch.Tensor, *, gamma: float, lambda_: float) -> torch.Tensor:
+    """RLlib's ``compute_value_targets`` on its flat layout (episodes concatenated, each elongated by one step),
+    computed with the recursion vectorized across independent segments.
+
+    RLlib's backward recursion over the flat array only restarts where ``propagate = (1 - term) * (1 - trunc)`` is
+    0, so the array splits into segments ending at those positions. The segments are laid side by side, aligned at
+    their ends, in a ``[S, K]`` tensor (S = longest segment), and one pass over S updates all K segments at once.
+    Same result as RLlib's loop (including its values at the artificial steps, which its loss masks out).
+    """
+    values = values.float()
+    n = values.shape[0]
+    non_terminal = 1.0 - terminateds.float()
+    propagate = non_terminal * (1.0 - truncateds.float())
+    next_values = torch.cat([values[1:], values.new_zeros(1)])
+    deltas = rewards.float() + gamma * non_terminal * next_values - values
+    ends = torch.nonzero(propagate[:-1] == 0).flatten()
+    ends = torch.cat([ends, ends.new_tensor([n - 1])])  # [K] last flat index of each segment
+    starts = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
+    longest = int((ends - starts).max()) + 1
+    rows = torch.arange(longest, device=values.device)[:, None]
+    pos = ends[None, :] - (longest - 1 - rows)  # [S, K] flat index of each cell, segments aligned at their ends
+    mask = pos >= starts[None, :]
+    safe = pos.clamp(min=0)
+    d = torch.where(mask, deltas[safe], 0.0)
+    p = torch.where(mask, propagate[safe], 0.0) * (gamma * lambda_)
+    adv = torch.zeros(longest + 1, pos.shape[1], device=values.device)
+    for t in range(longest - 1, -1, -1):
+        torch.addcmul(d[t], p[t], adv[t + 1], out=adv[t])
+    flat = torch.empty_like(values)
+    flat[pos[mask]] = adv[:-1][mask]
+    return flat + values

@@ -18,9 +18,7 @@ from rl_speed.learners.fast_update import NON_FINITE_SKIPPED
 @pytest.fixture
 def learner():
     config = FastDQNConfig().environment("CartPole-v1").training(grad_clip=0.5).debugging(seed=0)
-    lrn = config.build_learner(env=gym.make("CartPole-v1"))
-    lrn.build()
-    return lrn
+    return config.build_learner(env=gym.make("CartPole-v1"))  # build_learner() also builds it
 
 
 def _batch(n=64, reward=1.0):
@@ -68,7 +66,6 @@ def test_dqn_loss_equals_rllibs_dqn_torch_learner(double_q, loss_fn):
     config = (FastDQNConfig().environment("CartPole-v1").training(double_q=double_q, td_error_loss_fn=loss_fn)
               .debugging(seed=0))
     lrn = config.build_learner(env=gym.make("CartPole-v1"))
-    lrn.build()
     batch = {k: torch.as_tensor(v) for k, v in _batch(reward=3.0).items()}
     batch["terminateds"][::3] = True
     batch["n_step"][::2] = 3.0
@@ -84,9 +81,7 @@ def test_dqn_loss_equals_rllibs_dqn_torch_learner(double_q, loss_fn):
 def test_lean_multi_minibatch_update_equals_sequential_rllib_updates():
     def fresh():
         config = FastDQNConfig().environment("CartPole-v1").debugging(seed=0)
-        lrn = config.build_learner(env=gym.make("CartPole-v1"))
-        lrn.build()
-        return lrn
+        return config.build_learner(env=gym.make("CartPole-v1"))
 
     lean, stock = fresh(), fresh()
     for (k, a), b in zip(lean.module[DEFAULT_MODULE_ID].state_dict().items(),
