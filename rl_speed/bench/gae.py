@@ -87,3 +87,41 @@ def run(repeats: int = 5) -> str:
             cells += [f"{ms:,.2f}", f"{rllib_ms / ms:,.0f}x", f"{diff:.1e}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def run_connector(num_steps: int = 16_384, repeats: int = 5) -> str:
+    """Stock PPO's whole learner connector pipeline on real CartPole episodes: RLlib's GeneralAdvantageEstimation
+    vs VectorizedGAE (``VectorizedGAEPPOTorchLearner``), same episodes, same module weights."""
+    import copy
+
+    import gymnasium as gym
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from rl_speed.learners.ppo import VectorizedGAEPPOTorchLearner
+
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=16).debugging(seed=0)
+    episodes = SingleAgentEnvRunner(config=config).sample(num_timesteps=num_steps, random_actions=True)
+    stock = config.build_learner(env=gym.make("CartPole-v1"))
+    ours = config.copy(copy_frozen=False).learners(learner_class=VectorizedGAEPPOTorchLearner) \
+        .build_learner(env=gym.make("CartPole-v1"))
+    ours.module.set_state(stock.module.get_state())
+    times = {}
+    for name, learner in (("stock", stock), ("ours", ours)):
+        samples = []
+        for _ in range(repeats + 1):
+            eps = copy.deepcopy(episodes)  # the pipeline elongates episodes in place
+            start = time.perf_counter()
+            learner._learner_connector(rl_module=learner.module, batch={}, episodes=eps, shared_data={},
+                                       metrics=None)
+            samples.append(time.perf_counter() - start)
+        times[name] = 1000 * statistics.median(samples[1:])
+    return "\n".join([
+        "### PPO learner connector pipeline: GeneralAdvantageEstimation vs VectorizedGAE",
+        "", f"Command: `python -c \"from rl_speed.bench import gae; print(gae.run_connector())\"` · machine: "
+        f"{machine()} · torch threads {torch.get_num_threads()} · date: {time.strftime('%Y-%m-%d')} · "
+        f"{num_steps:,} CartPole steps in {len(episodes)} episode chunks, median of {repeats}.", "",
+        "| pipeline | ms per call |", "|---|---:|",
+        f"| stock PPO (GeneralAdvantageEstimation) | {times['stock']:.1f} |",
+        f"| stock PPO with VectorizedGAE | {times['ours']:.1f} |",
+        f"| ratio | {times['stock'] / times['ours']:.2f}x |"])
