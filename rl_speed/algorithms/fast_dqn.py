@@ -99,8 +99,7 @@ class FastDQNConfig(DQNConfig):
         if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and _has_vector_entry_point(self.env):
             self.gym_env_vectorize_mode = "vector_entry_point"  # native vector env where the env has one
         rb = self.replay_buffer_config
-        kind = rb.get("type")
-        kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+        kind = _buffer_type_name(rb)
         if kind not in PRIORITIZED_TYPES + UNIFORM_TYPES:
             self._value_error(f"FastDQN: `replay_buffer_config.type`={kind!r} is not supported; use one of "
                               f"{', '.join(PRIORITIZED_TYPES + UNIFORM_TYPES)} (all map to rl_speed's BatchedReplayBuffer).")
@@ -137,8 +136,13 @@ class FastDQNConfig(DQNConfig):
 
     @property
     def prioritized(self) -> bool:
-        kind = self.replay_buffer_config.get("type")
-        return (kind if isinstance(kind, str) else getattr(kind, "__name__", "")) in PRIORITIZED_TYPES
+        return _buffer_type_name(self.replay_buffer_config) in PRIORITIZED_TYPES
+
+
+def _buffer_type_name(replay_buffer_config: dict) -> str:
+    """``replay_buffer_config["type"]`` as a name, whether given as a string or as a class."""
+    kind = replay_buffer_config.get("type")
+    return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
 
 
 def _has_vector_entry_point(env: Any) -> bool:

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import machine, median_seconds
 
 T, N, OBS_DIM, CAPACITY, FILL, B = 256, 64, 4, 1_000_000, 16, 256
 
@@ -47,12 +47,7 @@ def _episodes(cols: dict) -> list:
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * median_seconds(fn, repeats)
 
 
 def run(repeats: int = 5) -> str:

@@ -21,6 +21,24 @@ def median_rate(step: Callable[[], int], repeats: int = 5, min_seconds: float = 
     return statistics.median(rates)
 
 
+def median_seconds(fn: Callable[[], object], repeats: int, *, warmup: bool = False,
+                   sync: Callable[[], None] | None = None) -> float:
+    """Median wall time of ``repeats`` calls of ``fn``; ``warmup`` makes one untimed call first, ``sync`` (e.g.
+    ``torch.cuda.synchronize``) runs before each clock read so asynchronous device work is counted."""
+    if warmup:
+        fn()
+        if sync:
+            sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:

@@ -9,30 +9,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
 
 import numpy as np
 import torch
 
 from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import machine, median_seconds
 from rl_speed.connectors import vectorized_gae
 
 SIZES = (4_096, 32_768, 262_144, 1_048_576)
 T = 256
-
-
-def _median_s(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def run(repeats: int = 5) -> str:
@@ -59,16 +46,16 @@ def run(repeats: int = 5) -> str:
             return compute_value_targets(flat_values, flat_rewards, flat_term, flat_trunc, gamma=0.99, lambda_=0.95)
 
         reference = (rllib().reshape(n, T + 1)[:, :-1].T - values[:-1])  # [T, N] advantages
-        row = [size, n, 1000 * _median_s(rllib, max(1, repeats // 2 if size >= 262_144 else repeats))]
+        row = [size, n, 1000 * median_seconds(rllib, max(1, repeats // 2 if size >= 262_144 else repeats), warmup=True)]
         for device in devices:
             tensors = [torch.as_tensor(x, device=device) for x in (values, rewards, terminated, truncated)]
-            sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+            sync = torch.cuda.synchronize if device == "cuda" else None
 
             def ours() -> tuple[torch.Tensor, torch.Tensor]:
                 return vectorized_gae(*tensors, gamma=0.99, lambda_=0.95)
 
             diff = float(np.abs(ours()[0].cpu().numpy() - reference).max())
-            row += [1000 * _median_s(ours, repeats, sync), diff]
+            row += [1000 * median_seconds(ours, repeats, warmup=True, sync=sync), diff]
         rows.append(row)
     cuda_name = f" and {torch.cuda.get_device_name()}" if "cuda" in devices else ""
     header = "| steps | N (T=256) | RLlib compute_value_targets ms | vectorized_gae CPU ms | speed-up | max abs diff |"
