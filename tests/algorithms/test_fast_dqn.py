@@ -49,7 +49,8 @@ def test_loss_on_fixed_transitions_equals_stock_dqn_pipeline(ray_session):
     try:
         for _ in range(3):
             algo.train()
-        sample = algo.replay_buffer.sample(64, n_step=3, gamma=0.99, beta=0.4)
+        # 512 draws: enough that windows cut short by an episode end are always among them (the check below).
+        sample = algo.replay_buffer.sample(512, n_step=3, gamma=0.99, beta=0.4)
         learner = algo.learner_group._learner
         # Stock path: the 1-step episodes RLlib's PrioritizedEpisodeReplayBuffer would hand to the learner
         # connector pipeline (n-step reward, weights and n_step as extra model outputs).
@@ -61,7 +62,7 @@ def test_loss_on_fixed_transitions_equals_stock_dqn_pipeline(ray_session):
                 observation_space=learner.module[DEFAULT_MODULE_ID].observation_space,
                 action_space=learner.module[DEFAULT_MODULE_ID].action_space, len_lookback_buffer=0,
             ).to_numpy()
-            for i in range(64)
+            for i in range(512)
         ]
         stock_batch = learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes,
                                                  shared_data={}, metrics=None)[DEFAULT_MODULE_ID]
