@@ -19,6 +19,7 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = dict(rl_speed_envs.GYMNASIUM_IDS)
 #: algorithm name -> "module:Class"; filled as rl_speed's algorithms land.
 ALGORITHMS: dict[str, str] = {
     "FastDQN": "rl_speed.algorithms.fast_dqn:FastDQN",
+    "FastPPO": "rl_speed.algorithms.fast_ppo:FastPPO",
 }
 
 _registered = False

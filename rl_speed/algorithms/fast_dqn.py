@@ -35,11 +35,11 @@ from ray.rllib.utils.metrics import (
     REPLAY_BUFFER_ADD_DATA_TIMER,
     REPLAY_BUFFER_SAMPLE_TIMER,
     REPLAY_BUFFER_UPDATE_PRIOS_TIMER,
-    SYNCH_WORKER_WEIGHTS_TIMER,
     TD_ERROR_KEY,
     TIMERS,
 )
 
+from rl_speed.algorithms.columnar import ColumnarConfigMixin, sample_columns, sync_weights_if_due
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.columns import next_obs, num_steps
 from rl_speed.env_runners import BatchedEnvRunner
@@ -52,7 +52,7 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
                  "BatchedReplayBuffer")
 
 
-class FastDQNConfig(DQNConfig):
+class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
     """DQNConfig plus two keys; every DQN key keeps its meaning. Defaults that differ: the env runner
     (BatchedEnvRunner), the module (rl_speed's QNetModule, built from the same ``model_config`` keys) and the learner
     (RLlib's DQN loss with one fused gradient clip + finiteness check per update).
@@ -96,8 +96,7 @@ class FastDQNConfig(DQNConfig):
 
     @override(DQNConfig)
     def validate(self) -> None:
-        if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and _has_vector_entry_point(self.env):
-            self.gym_env_vectorize_mode = "vector_entry_point"  # native vector env where the env has one
+        self.validate_columnar("FastDQN")
         rb = self.replay_buffer_config
         kind = _buffer_type_name(rb)
         if kind not in PRIORITIZED_TYPES + UNIFORM_TYPES:
@@ -129,10 +128,6 @@ class FastDQNConfig(DQNConfig):
             self._value_error(f"FastDQN: `train_every_env_steps`={k!r} must be an integer >= 1.")
         if k is not None and self.training_intensity is not None:
             self._value_error("FastDQN: set either `training_intensity` or `train_every_env_steps`, not both.")
-        if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
-            self._value_error(f"FastDQN: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
-        if not self.in_evaluation and self.batch_mode != "truncate_episodes":
-            self._value_error("FastDQN: `batch_mode` must be 'truncate_episodes' (columns have a fixed length).")
 
     @property
     def prioritized(self) -> bool:
@@ -143,19 +138,6 @@ def _buffer_type_name(replay_buffer_config: dict) -> str:
     """``replay_buffer_config["type"]`` as a name, whether given as a string or as a class."""
     kind = replay_buffer_config.get("type")
     return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
-
-
-def _has_vector_entry_point(env: Any) -> bool:
-    if not isinstance(env, str):
-        return False
-    from rl_speed.registry import ENVIRONMENTS
-
-    if env in ENVIRONMENTS:
-        return True
-    try:
-        return gym.spec(env).vector_entry_point is not None
-    except Exception:
-        return False
 
 
 def _single_action_space(config: Any) -> gym.Space:
@@ -213,7 +195,7 @@ class FastDQN(DQN):
     def training_step(self) -> None:
         cfg = self.config
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            samples = self._sample_columns()
+            samples = sample_columns(self)
         self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
         sampled = 0
         with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
@@ -233,10 +215,7 @@ class FastDQN(DQN):
             self._learn(num_updates, batch_size, lifetime)
         self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
 
-        if self.iteration % cfg.sync_weights_every == 0:
-            with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-                self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
-                                                   inference_only=True)
+        sync_weights_if_due(self)
 
     def _updates_owed(self, sampled: int, batch_size: int) -> float:
         cfg = self.config
@@ -245,16 +224,6 @@ class FastDQN(DQN):
         if cfg.training_intensity is not None:
             return sampled * cfg.training_intensity / batch_size
         return 1.0
-
-    def _sample_columns(self) -> list[tuple[int, dict, dict]]:
-        """``(worker_index, columns, metrics)`` from every runner; remote ones in parallel."""
-        def sample(runner: BatchedEnvRunner) -> tuple[int, dict, dict]:
-            return runner.worker_index, runner.sample(), runner.get_metrics()
-
-        if self.env_runner_group.num_remote_env_runners() == 0:
-            return [sample(self.env_runner)]
-        return self.env_runner_group.foreach_env_runner(sample, local_env_runner=False,
-                                                        timeout_seconds=self.config.sample_timeout_s)
 
     def _learn(self, num_updates: int, batch_size: int, lifetime: int) -> None:
         cfg = self.config

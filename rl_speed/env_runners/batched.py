@@ -19,6 +19,7 @@ import os
 import time
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 import tree
@@ -27,6 +28,7 @@ from gymnasium.wrappers.vector import DictInfoToList
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.spaces.space_utils import unsquash_action
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     EPISODE_DURATION_SEC_MEAN,
@@ -128,7 +130,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 if key not in columns:
                     columns[key] = np.empty((steps, n, *value.shape[1:]), value.dtype)
                 columns[key][t] = value
-            obs, rewards, terminateds, truncateds, _ = env.step(actions)
+            obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
             valid = ~self._resetting
             columns["actions"][t] = actions
             columns["rewards"][t] = rewards
@@ -166,9 +168,24 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 actions = dist.sample()
                 if explore:
                     extra["action_logp"] = dist.logp(actions).float().cpu().numpy()
+                    # PPO's KL term compares the learner's distribution with the one that acted.
+                    extra["action_dist_inputs"] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
             if RLlibColumns.VF_PREDS in out:
                 extra["vf_preds"] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
         return actions.cpu().numpy(), extra
+
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the env receives, as RLlib's ``NormalizeAndClipActions`` connector does it: for a bounded ``Box``,
+        the module's actions (roughly in [-1, 1]) are unsquashed to the bounds if ``normalize_actions``, or clipped
+        to them if ``clip_actions``. The columns keep the module's own actions, which the log-probs refer to."""
+        space = self.env.single_action_space
+        if not isinstance(space, gym.spaces.Box) or not (space.is_bounded("both")):
+            return actions
+        if self.config.normalize_actions:
+            return np.clip(unsquash_action(actions, space), space.low, space.high).astype(space.dtype, copy=False)
+        if self.config.clip_actions:
+            return np.clip(actions, space.low, space.high).astype(space.dtype, copy=False)
+        return actions
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         self._episode_return += np.where(valid, rewards, 0.0)

@@ -1,0 +1,85 @@
+"""What every rl_speed algorithm does with column batches outside its learner: gather them from the env runners,
+join or split them along the lane axis, and push weights back to the runners on a schedule.
+
+Lanes (the N axis) are independent env copies, so column batches from several runners join along N, and a batch
+splits along N into one shard per learner without cutting any trajectory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tree
+
+from ray.rllib.utils.metrics import SYNCH_WORKER_WEIGHTS_TIMER, TIMERS
+
+from rl_speed.columns import Columns
+
+
+def sample_columns(algo: Any) -> list[tuple[int, Columns, dict]]:
+    """``(worker_index, columns, metrics)`` from every env runner of ``algo``; remote ones sample in parallel."""
+    def sample(runner: Any) -> tuple[int, Columns, dict]:
+        return runner.worker_index, runner.sample(), runner.get_metrics()
+
+    if algo.env_runner_group.num_remote_env_runners() == 0:
+        return [sample(algo.env_runner)]
+    return algo.env_runner_group.foreach_env_runner(sample, local_env_runner=False,
+                                                    timeout_seconds=algo.config.sample_timeout_s)
+
+
+def concat_lanes(batches: list[Columns]) -> Columns:
+    """Joins column batches of equal T side by side: ``[T, N1] + [T, N2] -> [T, N1 + N2]``."""
+    if len(batches) == 1:
+        return batches[0]
+    lengths = {b["rewards"].shape[0] for b in batches}
+    if len(lengths) != 1:
+        raise ValueError(f"concat_lanes: runners returned different rollout lengths {sorted(lengths)}; every env "
+                         "runner must sample the same number of steps (same rollout_fragment_length).")
+    return tree.map_structure(lambda *xs: np.concatenate(xs, axis=1), *batches)
+
+
+def split_lanes(columns: Columns, num_shards: int) -> list[Columns]:
+    """Splits ``[T, N]`` columns into ``num_shards`` batches of ``N / num_shards`` lanes each (views, no copies)."""
+    n = columns["rewards"].shape[1]
+    if n % num_shards:
+        raise ValueError(f"split_lanes: {n} lanes do not split evenly over {num_shards} learners; make "
+                         "num_envs_per_env_runner * max(1, num_env_runners) a multiple of num_learners.")
+    size = n // num_shards
+    return [tree.map_structure(lambda x: x[:, i * size:(i + 1) * size], columns) for i in range(num_shards)]
+
+
+def sync_weights_if_due(algo: Any) -> None:
+    """Pushes the learners' weights to the env runners every ``config.sync_weights_every`` iterations."""
+    if algo.iteration % algo.config.sync_weights_every == 0:
+        with algo.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+
+
+class ColumnarConfigMixin:
+    """Validation every columnar algorithm config shares; mix in before RLlib's config class."""
+
+    def validate_columnar(self, name: str) -> None:
+        if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env):
+            self.gym_env_vectorize_mode = "vector_entry_point"  # the native vector env where the env has one
+        if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
+            self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
+        if not self.in_evaluation and self.batch_mode != "truncate_episodes":
+            self._value_error(f"{name}: `batch_mode` must be 'truncate_episodes' (columns have a fixed length).")
+        if self.num_envs_per_env_runner < 1:
+            self._value_error(f"{name}: `num_envs_per_env_runner`={self.num_envs_per_env_runner!r} must be >= 1.")
+
+
+def has_vector_entry_point(env: Any) -> bool:
+    """True if ``env`` names an rl_speed env or a gymnasium id with a native vector form."""
+    if not isinstance(env, str):
+        return False
+    from rl_speed.registry import ENVIRONMENTS
+
+    if env in ENVIRONMENTS:
+        return True
+    try:
+        return gym.spec(env).vector_entry_point is not None
+    except Exception:
+        return False

@@ -1,0 +1,135 @@
+"""FastPPO: RLlib's PPO on the columnar data path.
+
+Same config keys, module and loss as RLlib's PPO; what changes is the data path of ``training_step``:
+
+    BatchedEnvRunner.sample() on every runner -> [T, N] columns, joined along N
+    -> split along N into one shard per learner -> learner_group.update(batch / batches=...)
+    -> FastPPOTorchLearner: values over [T + 1, N], GAE over [T, N] on the learner's device, num_epochs x minibatches
+
+No episode objects and no learner connector pipeline. Each iteration reports where its time went
+(``rl_speed_profile``: sampling, advantages, learning, weight sync, as seconds and shares of the iteration).
+Differences from stock PPO (stated, not hidden): ``batch_mode`` must be ``truncate_episodes``; env-to-module
+connectors (observation filters) do not apply (do them in the env or module); advantages are standardized over real
+steps only (NEXT_STEP reset steps are masked).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.rllib.algorithms.algorithm_config import NotProvided
+from ray.rllib.algorithms.ppo import PPO, PPOConfig
+from ray.rllib.core import ALL_MODULES
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    LEARNER_RESULTS,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+)
+
+from rl_speed.algorithms.columnar import (
+    ColumnarConfigMixin,
+    concat_lanes,
+    sample_columns,
+    split_lanes,
+    sync_weights_if_due,
+)
+from rl_speed.env_runners import BatchedEnvRunner
+from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
+
+PROFILE_KEY = "rl_speed_profile"
+
+
+class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
+    """PPOConfig plus ``sync_weights_every`` (push weights to env runners every k iterations, default 1); every PPO
+    key keeps its meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner
+    (FastPPOTorchLearner: PPO's loss on column batches, fused gradient clip + finiteness check)."""
+
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or FastPPO)
+        self.env_runner_cls = BatchedEnvRunner
+        self.sync_weights_every: int = 1
+
+    @override(PPOConfig)
+    def get_default_learner_class(self) -> type:
+        return FastPPOTorchLearner
+
+    @override(PPOConfig)
+    def training(self, *, sync_weights_every: int = NotProvided, **kwargs: Any) -> "FastPPOConfig":
+        super().training(**kwargs)
+        if sync_weights_every is not NotProvided:
+            self.sync_weights_every = sync_weights_every
+        return self
+
+    @override(PPOConfig)
+    def validate(self) -> None:
+        self.validate_columnar("FastPPO")
+        super().validate()
+        if self.in_evaluation:
+            return
+        lanes = self.num_envs_per_env_runner * max(1, self.num_env_runners)
+        learners = max(1, self.num_learners)
+        if lanes % learners:
+            self._value_error(
+                f"FastPPO: the {lanes} env lanes (num_envs_per_env_runner={self.num_envs_per_env_runner} x "
+                f"num_env_runners={max(1, self.num_env_runners)}) must split evenly over num_learners={learners}; "
+                "change num_envs_per_env_runner or num_learners.")
+        if not self.use_gae or not self.use_critic:
+            self._value_error("FastPPO: `use_gae` and `use_critic` must be True (advantages come from GAE on the "
+                              "learner); use stock PPO for the critic-free variants.")
+        fragment = self.get_rollout_fragment_length()
+        per_learner = fragment * lanes // learners
+        if isinstance(self.minibatch_size, int) and self.minibatch_size > per_learner:
+            self._value_error(
+                f"FastPPO: `minibatch_size`={self.minibatch_size} is larger than the {per_learner} steps each "
+                f"learner gets per iteration (rollout_fragment_length {fragment} x {lanes} lanes / {learners} "
+                "learners); lower `minibatch_size` or raise `train_batch_size_per_learner`.")
+
+
+class FastPPO(PPO):
+    """PPO whose training step moves ``[T, N]`` columns, never episode objects (see the module docstring)."""
+
+    @classmethod
+    @override(PPO)
+    def get_default_config(cls) -> FastPPOConfig:
+        return FastPPOConfig()
+
+    @override(PPO)
+    def training_step(self) -> None:
+        cfg = self.config
+        profile: dict[str, float] = {}
+        start = time.perf_counter()
+        samples = sample_columns(self)
+        profile["sample_s"] = time.perf_counter() - start
+        self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
+        columns = concat_lanes([c for _, c, _ in sorted(samples, key=lambda s: s[0])])
+
+        start = time.perf_counter()
+        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        num_learners = max(1, cfg.num_learners)
+        data = ({"batch": columns} if num_learners == 1
+                else {"batches": split_lanes(columns, num_learners)})
+        results = self.learner_group.update(
+            **data, minibatch_size=cfg.minibatch_size, num_epochs=cfg.num_epochs,
+            shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
+            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime})
+        self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        update_s = time.perf_counter() - start
+        profile["advantages_s"] = max(_peek(r.get(ALL_MODULES, {}).get(ADVANTAGES_TIME_KEY, 0.0)) for r in results)
+        profile["learn_s"] = update_s - profile["advantages_s"]
+
+        start = time.perf_counter()
+        sync_weights_if_due(self)
+        profile["sync_weights_s"] = time.perf_counter() - start
+        profile = {k: float(v) for k, v in profile.items()}
+        total = sum(profile.values()) or 1.0
+        for key in ("sample", "advantages", "learn", "sync_weights"):
+            profile[f"{key}_share"] = profile[f"{key}_s"] / total
+        self.metrics.log_dict(profile, key=PROFILE_KEY, window=1)
+
+
+def _peek(value: Any) -> float:
+    """A learner result value (an RLlib ``Stats`` object from a local learner, or a plain number) as a float."""
+    return float(value.peek() if hasattr(value, "peek") else value)
