@@ -14,7 +14,7 @@ from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, 
 USAGE_ERROR = 2
 #: benchmark name -> module with a run(repeats) -> markdown function
 BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
-              "gae": "rl_speed.bench.gae"}
+              "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -100,7 +101,9 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
         module = self.module[module_id].unwrapped()
 
         def tensor(x: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
+            with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
 
         obs = tree.map_structure(tensor, columns["obs"])  # [T + 1, N, ...]
         rewards = tensor(columns["rewards"])

@@ -1,0 +1,184 @@
+"""Stock RLlib PPO vs FastPPO vs a bare-torch loop: env steps/s end to end (sampling + GAE + updates).
+
+All three run in this process, back to back, on the same env (native vector env; ``vector_entry_point`` for RLlib),
+the same network (RLlib's default PPO module shape: separate 64-64 tanh MLPs for policy and value, linear heads),
+the same batch, minibatch and epoch count (1), Adam, and sampling local (``num_env_runners=0``). Each figure is
+env steps per second over ``iterations`` training iterations after one warm-up iteration, median of ``repeats``
+interleaved runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rl_speed.bench.common import machine
+
+
+@dataclass(frozen=True)
+class Size:
+    num_envs: int
+    batch_size: int
+    minibatch_size: int
+
+
+SIZES = {
+    "64 envs": Size(num_envs=64, batch_size=16_384, minibatch_size=4_096),
+    "1,024 envs": Size(num_envs=1_024, batch_size=32_768, minibatch_size=8_192),
+}
+ENVS: dict[str, dict] = {
+    "CartPole-v1": {},
+    "rl_speed/Snake-v0": {"observation": "flat", "height": 8, "width": 8},
+}
+HIDDEN = [64, 64]
+
+
+def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: int) -> float:
+    import rl_speed
+
+    rl_speed.register()
+    if algo == "stock":
+        from ray.rllib.algorithms.ppo import PPOConfig as Config
+    else:
+        from rl_speed.algorithms.fast_ppo import FastPPOConfig as Config
+    config = (
+        Config()
+        .environment(env, env_config=env_config)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=size.num_envs,
+                     gym_env_vectorize_mode="vector_entry_point")
+        .rl_module(model_config={"fcnet_hiddens": HIDDEN, "fcnet_activation": "tanh", "head_fcnet_hiddens": []})
+        .training(train_batch_size_per_learner=size.batch_size, minibatch_size=size.minibatch_size, num_epochs=1,
+                  lr=3e-4)
+    )
+    algo_obj = config.build_algo()
+    try:
+        def steps(result: dict) -> float:
+            return result["env_runners"]["num_env_steps_sampled_lifetime"]
+
+        before = steps(algo_obj.train())  # warm-up
+        start = time.perf_counter()
+        for _ in range(iterations):
+            result = algo_obj.train()
+        return (steps(result) - before) / (time.perf_counter() - start)
+    finally:
+        algo_obj.stop()
+
+
+def _mlp(inputs: int, outputs: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    for width in HIDDEN:
+        layers += [nn.Linear(inputs, width), nn.Tanh()]
+        inputs = width
+    return nn.Sequential(*layers, nn.Linear(inputs, outputs))
+
+
+def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> float:
+    """The no-framework ceiling: numpy vector env, the same networks, GAE and clipped PPO loss, one process."""
+    import rl_speed_envs
+
+    rl_speed_envs.register_gymnasium()
+    n = size.num_envs
+    t_len = size.batch_size // n
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
+    obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
+    pi, vf = _mlp(obs_dim, num_actions), _mlp(obs_dim, 1)
+    opt = torch.optim.Adam([*pi.parameters(), *vf.parameters()], lr=3e-4)
+    obs, _ = env.reset(seed=0)
+    resetting = np.zeros(n, dtype=bool)
+    gamma, lam, clip = 0.99, 0.95, 0.2
+
+    def one_iteration() -> int:
+        nonlocal obs, resetting
+        o = np.empty((t_len + 1, n, obs_dim), np.float32)
+        a = np.empty((t_len, n), np.int64)
+        logp = np.empty((t_len, n), np.float32)
+        r = np.empty((t_len, n), np.float32)
+        term = np.empty((t_len, n), bool)
+        trunc = np.empty((t_len, n), bool)
+        valid = np.empty((t_len, n), bool)
+        for t in range(t_len):
+            o[t] = obs
+            with torch.inference_mode():
+                dist = torch.distributions.Categorical(logits=pi(torch.from_numpy(o[t])))
+                act = dist.sample()
+                logp[t] = dist.log_prob(act).numpy()
+            a[t] = act.numpy()
+            obs, r[t], term[t], trunc[t], _ = env.step(a[t])
+            valid[t] = ~resetting
+            resetting = term[t] | trunc[t]
+        o[t_len] = obs
+        with torch.no_grad():
+            values = vf(torch.from_numpy(o).reshape(-1, obs_dim)).reshape(t_len + 1, n)
+            not_term = torch.from_numpy(~term).float()
+            carry = not_term * torch.from_numpy(~trunc).float() * gamma * lam
+            deltas = (torch.from_numpy(r) + gamma * not_term * values[1:] - values[:-1]) * torch.from_numpy(valid)
+            adv = torch.zeros(t_len + 1, n)
+            for t in range(t_len - 1, -1, -1):
+                adv[t] = deltas[t] + carry[t] * adv[t + 1]
+            adv = adv[:-1]
+            targets = adv + values[:-1]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        flat_o = torch.from_numpy(o[:-1]).reshape(-1, obs_dim)
+        flat = (flat_o, torch.from_numpy(a).reshape(-1), torch.from_numpy(logp).reshape(-1), adv.reshape(-1),
+                targets.reshape(-1), torch.from_numpy(valid).reshape(-1).float())
+        order = torch.randperm(t_len * n)
+        for start in range(0, t_len * n, size.minibatch_size):
+            idx = order[start:start + size.minibatch_size]
+            mo, ma, mlogp, madv, mtarget, mvalid = (x[idx] for x in flat)
+            dist = torch.distributions.Categorical(logits=pi(mo))
+            ratio = torch.exp(dist.log_prob(ma) - mlogp)
+            surrogate = torch.min(madv * ratio, madv * ratio.clamp(1 - clip, 1 + clip))
+            vf_loss = (vf(mo).squeeze(-1) - mtarget).pow(2).clamp(max=10.0)
+            loss = ((-surrogate + vf_loss - 0.0 * dist.entropy()) * mvalid).sum() / mvalid.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return int(valid.sum())
+
+    one_iteration()  # warm-up
+    done, start = 0, time.perf_counter()
+    for _ in range(iterations):
+        done += one_iteration()
+    return done / (time.perf_counter() - start)
+
+
+def run(repeats: int = 3, iterations: int = 5, envs: tuple[str, ...] = tuple(ENVS),
+        sizes: tuple[str, ...] = tuple(SIZES)) -> str:
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rows = []
+    try:
+        for env in envs:
+            for name in sizes:
+                size = SIZES[name]
+                runs: dict[str, list[float]] = {"stock": [], "fast": [], "bare": []}
+                for _ in range(repeats):  # interleaved, so drift on this shared machine hits all three alike
+                    runs["stock"].append(_rllib_rate("stock", env, ENVS[env], size, iterations))
+                    runs["fast"].append(_rllib_rate("fast", env, ENVS[env], size, iterations))
+                    runs["bare"].append(_bare_rate(env, ENVS[env], size, iterations))
+                med = {k: statistics.median(v) for k, v in runs.items()}
+                rows.append(
+                    f"| {env} | {name}, batch {size.batch_size:,}, minibatch {size.minibatch_size:,} | "
+                    f"{med['stock']:,.0f} | {med['fast']:,.0f} | {med['bare']:,.0f} | "
+                    f"{med['fast'] / med['stock']:.1f}x | {med['fast'] / med['bare']:.2f}x |")
+    finally:
+        ray.shutdown()
+    return "\n".join([
+        "### PPO: stock RLlib vs FastPPO vs bare torch loop (env steps/s, sampling + GAE + 1 epoch of updates)",
+        "",
+        f"Command: `rl-speed bench ppo` · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · "
+        f"torch threads {torch.get_num_threads()}, local sampling, 64-64 tanh MLPs, median of {repeats} interleaved "
+        f"runs of {iterations} iterations after one warm-up iteration.",
+        "",
+        "| env | size | stock PPO | FastPPO | bare loop | FastPPO / stock | FastPPO / bare |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ])
