@@ -15,7 +15,12 @@ import gymnasium as gym
 import rl_speed_envs
 
 #: env id -> (scalar env class path, vector env class path)
-ENVIRONMENTS: dict[str, tuple[str, str]] = dict(rl_speed_envs.GYMNASIUM_IDS)
+ENVIRONMENTS: dict[str, tuple[str, str]] = {
+    **rl_speed_envs.GYMNASIUM_IDS,
+    # The per-map form for stock RLlib is a MultiAgentEnv (ray-side); the vector form has agents as lanes.
+    "rl_speed/GridArena-v0": ("rl_speed.multi_agent:GridArenaMultiAgentEnv",
+                              "rl_speed_envs.grid_arena:GridArenaVectorEnv"),
+}
 #: algorithm name -> "module:Class"; filled as rl_speed's algorithms land.
 ALGORITHMS: dict[str, str] = {
     "FastDQN": "rl_speed.algorithms.fast_dqn:FastDQN",
@@ -51,7 +56,8 @@ def make_env_creator(env_id: str) -> Callable[[dict], gym.Env | gym.vector.Vecto
 def check_env_config(env_id: str, env_config: dict) -> None:
     """Raises ``ValueError`` naming the bad key if ``env_config`` does not fit an rl_speed env's arguments."""
     scalar = _load(ENVIRONMENTS[env_id][0])
-    accepted = [p for p in inspect.signature(scalar.__init__).parameters if p != "self"]
+    accepted = list(getattr(scalar, "config_keys", None)
+                    or [p for p in inspect.signature(scalar.__init__).parameters if p != "self"])
     for key in env_config:
         if key not in accepted:
             raise ValueError(f"`env_config` key {key!r} is not an argument of {env_id}; accepted: {', '.join(accepted)}.")

@@ -27,7 +27,7 @@ from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from rl_speed.connectors.gae import vectorized_gae
-from rl_speed.connectors.vectorized_gae import VectorizedGAE
+from rl_speed.connectors.gae_connector import VectorizedGAE
 from rl_speed.learners.fast_update import FastUpdateMixin
 
 #: Learner result key (under ``__all_modules__``): seconds spent on values + GAE in the last update call.

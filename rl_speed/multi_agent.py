@@ -1,0 +1,46 @@
+"""RLlib ``MultiAgentEnv`` forms of rl_speed's multi-agent simulators, for users who train with stock RLlib.
+
+The fast path does not use these: FastPPO steps the batched form (agents flattened into lanes, one shared policy).
+These exist so the same env runs with RLlib's own multi-agent runner, which keeps a Python episode per agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+from rl_speed_envs.grid_arena import CONFIG_KEYS, GridArena
+
+
+class GridArenaMultiAgentEnv(MultiAgentEnv):
+    """One grid-arena map; agents are ``"agent_0"`` ... ``"agent_{A-1}"``, all acting every step (same dynamics as
+    :class:`rl_speed_envs.grid_arena.GridArenaVectorEnv`). Accepts the arena's config keys as keyword arguments."""
+
+    config_keys = CONFIG_KEYS  # what `env_config` may hold (checked by the CLI before Ray starts)
+
+    def __init__(self, config: dict | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        settings = {**(config or {}), **kwargs}
+        unknown = sorted(set(settings) - set(CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"GridArena: unknown config keys {unknown}; accepted: {', '.join(CONFIG_KEYS)}.")
+        self.arena = GridArena(**settings)
+        self.agents = self.possible_agents = [f"agent_{i}" for i in range(self.arena.cfg.num_agents)]
+        self.observation_spaces = {aid: self.arena.observation_space for aid in self.agents}
+        self.action_spaces = {aid: self.arena.action_space for aid in self.agents}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs = self.arena.reset(seed=seed)
+        return dict(zip(self.agents, obs)), {}
+
+    def step(self, action_dict: dict) -> tuple[dict, dict, dict, dict, dict]:
+        missing = [aid for aid in self.agents if aid not in action_dict]
+        if missing:
+            raise ValueError(f"GridArena: every agent acts every step; no action for {missing[:5]}"
+                             f"{'...' if len(missing) > 5 else ''}.")
+        obs, rewards, terminated, truncated = self.arena.step([action_dict[aid] for aid in self.agents])
+        done = {aid: terminated for aid in self.agents}
+        cut = {aid: truncated for aid in self.agents}
+        return (dict(zip(self.agents, obs)), dict(zip(self.agents, rewards.tolist())),
+                {**done, "__all__": terminated}, {**cut, "__all__": truncated}, {})
