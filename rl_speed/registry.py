@@ -27,6 +27,12 @@ ALGORITHMS: dict[str, str] = {
     "FastPPO": "rl_speed.algorithms.fast_ppo:FastPPO",
 }
 
+#: short names for ``rl_module:`` in YAML files -> "module:Class".
+MODULES: dict[str, str] = {
+    "recurrent": "rl_speed.modules.recurrent:RecurrentActorCritic",
+    "q_net": "rl_speed.modules.q_net:QNetModule",
+}
+
 _registered = False
 
 
@@ -114,3 +120,14 @@ def env_is_known(env: str) -> bool:
         except Exception:
             return False
     return False
+
+
+def resolve_module(name: str) -> type:
+    """An RLModule class from a short name in :data:`MODULES` or a ``"package.module:Class"`` path."""
+    if not isinstance(name, str):
+        raise ValueError(repr(name))
+    if name in MODULES:
+        return _load(MODULES[name])
+    if ":" not in name:
+        raise KeyError(repr(name))
+    return _load(name)

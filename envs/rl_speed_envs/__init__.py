@@ -11,6 +11,7 @@ __all__ = ["SnakeEnv", "SnakeVectorEnv", "register_gymnasium", "GYMNASIUM_IDS"]
 #: gymnasium id -> (entry point, vector entry point)
 GYMNASIUM_IDS = {
     "rl_speed/Snake-v0": ("rl_speed_envs.snake:SnakeEnv", "rl_speed_envs.snake:SnakeVectorEnv"),
+    "rl_speed/CueCorridor-v0": ("rl_speed_envs.memory:CueCorridorEnv", "rl_speed_envs.memory:CueCorridorVectorEnv"),
 }
 
 

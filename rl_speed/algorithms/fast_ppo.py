@@ -37,6 +37,8 @@ from rl_speed.algorithms.columnar import (
     sync_weights_if_due,
 )
 from rl_speed.env_runners import BatchedEnvRunner
+from rl_speed.env_runners.batched import bptt_horizon
+from rl_speed.modules.recurrent import RecurrentActorCritic
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
 
 PROFILE_KEY = "rl_speed_profile"
@@ -51,16 +53,20 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         super().__init__(algo_class=algo_class or FastPPO)
         self.env_runner_cls = BatchedEnvRunner
         self.sync_weights_every: int = 1
+        self.bptt_horizon: int | None = None
 
     @override(PPOConfig)
     def get_default_learner_class(self) -> type:
         return FastPPOTorchLearner
 
     @override(PPOConfig)
-    def training(self, *, sync_weights_every: int = NotProvided, **kwargs: Any) -> "FastPPOConfig":
+    def training(self, *, sync_weights_every: int = NotProvided, bptt_horizon: int | None = NotProvided,
+                 **kwargs: Any) -> "FastPPOConfig":
         super().training(**kwargs)
         if sync_weights_every is not NotProvided:
             self.sync_weights_every = sync_weights_every
+        if bptt_horizon is not NotProvided:
+            self.bptt_horizon = bptt_horizon
         return self
 
     @override(PPOConfig)
@@ -79,13 +85,36 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         if not self.use_gae or not self.use_critic:
             self._value_error("FastPPO: `use_gae` and `use_critic` must be True (advantages come from GAE on the "
                               "learner); use stock PPO for the critic-free variants.")
+        if (self.model_config or {}).get("use_lstm"):
+            self._value_error("FastPPO: `model_config.use_lstm` (RLlib's LSTM encoder) is not supported on the column "
+                              "path; use rl_speed's recurrent module: rl_module(rl_module_spec=RLModuleSpec("
+                              "module_class=RecurrentActorCritic)) or, in YAML, `rl_module: recurrent`, with "
+                              "`bptt_horizon`.")
         fragment = self.get_rollout_fragment_length()
+        if self.is_recurrent:
+            horizon = self.bptt_horizon if self.bptt_horizon is not None else bptt_horizon(self)
+            if not isinstance(horizon, int) or horizon < 1:
+                self._value_error(f"FastPPO: `bptt_horizon`={horizon!r} must be an integer >= 1.")
+            if fragment % horizon:
+                self._value_error(
+                    f"FastPPO: `bptt_horizon`={horizon} does not divide the rollout of {fragment} steps per env "
+                    f"(rollout_fragment_length); pick a divisor of {fragment} or set rollout_fragment_length / "
+                    "train_batch_size_per_learner so that the rollout is a multiple of it.")
+            if isinstance(self.minibatch_size, int) and self.minibatch_size % horizon:
+                self._value_error(f"FastPPO: `minibatch_size`={self.minibatch_size} must be a multiple of "
+                                  f"`bptt_horizon`={horizon} (minibatches are whole chunks).")
         per_learner = fragment * lanes // learners
         if isinstance(self.minibatch_size, int) and self.minibatch_size > per_learner:
             self._value_error(
                 f"FastPPO: `minibatch_size`={self.minibatch_size} is larger than the {per_learner} steps each "
                 f"learner gets per iteration (rollout_fragment_length {fragment} x {lanes} lanes / {learners} "
                 "learners); lower `minibatch_size` or raise `train_batch_size_per_learner`.")
+
+
+    @property
+    def is_recurrent(self) -> bool:
+        module_class = getattr(self._rl_module_spec, "module_class", None) if self._rl_module_spec else None
+        return isinstance(module_class, type) and issubclass(module_class, RecurrentActorCritic)
 
 
 class FastPPO(PPO):

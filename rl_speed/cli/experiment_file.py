@@ -29,7 +29,7 @@ EXPERIMENT_KEYS = ("run", "env", "stop", "config", "checkpoint_config", "num_sam
 # Keys update_from_dict() handles itself although they are not attributes of AlgorithmConfig.
 _SPECIAL_CONFIG_KEYS = {"multiagent", "enable_rl_module_and_learner", "enable_env_runner_and_connector_v2"}
 # Read-only properties that we route to their setter method ourselves.
-_ROUTED_CONFIG_KEYS = {"model_config"}
+_ROUTED_CONFIG_KEYS = {"model_config", "rl_module"}
 
 
 class ExperimentFileError(ValueError):
@@ -193,10 +193,24 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
             "e.g. `num_env_runners`, `train_batch_size_per_learner`, `lr`).")
     config = dict(config)
     model_config = config.pop("model_config", None)
+    module_class = None
+    if "rl_module" in config:
+        from rl_speed.registry import MODULES, resolve_module
+
+        try:
+            module_class = resolve_module(config.pop("rl_module"))
+        except (KeyError, ImportError, AttributeError, ValueError) as e:
+            raise ExperimentFileError(source, f"{name}.config.rl_module", f"unknown RLModule {e}.",
+                                      f"use one of {', '.join(sorted(MODULES))} or a 'package.module:Class' path.") \
+                from None
     try:
         algo_config = default.update_from_dict(config)
         if model_config is not None:
             algo_config.rl_module(model_config=model_config)
+        if module_class is not None:
+            from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+            algo_config.rl_module(rl_module_spec=RLModuleSpec(module_class=module_class))
         algo_config.validate()  # RLlib's own checks (e.g. minibatch_size <= train_batch_size_per_learner)
     except Exception as e:
         problem = str(e).split("\nTo suppress all validation errors")[0].strip()

@@ -44,6 +44,15 @@ from ray.rllib.utils.metrics import (
 from rl_speed.columns import Columns, num_steps
 
 
+def bptt_horizon(config: Any) -> int:
+    """Steps per truncated-BPTT chunk: the algorithm's ``bptt_horizon``, else RLlib's ``model_config["max_seq_len"]``
+    (default 20)."""
+    horizon = getattr(config, "bptt_horizon", None)
+    if horizon is None:
+        horizon = (config.model_config or {}).get("max_seq_len", 20)
+    return int(horizon)
+
+
 def _set_runner_threads(config: Any, worker_index: int) -> None:
     """Remote runners get as many torch/OMP threads as CPUs Ray gave them (default 1), so N runners on N cores
     do not oversubscribe; the local runner shares the driver's threads."""
@@ -76,6 +85,10 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._recent = np.zeros((0, 3))  # the last `smoothing window` finished episodes, across calls
         self._num_finished = 0
         self.module.eval()  # this copy only acts; set once instead of on every forward call
+        # Recurrent modules: the state of every lane, carried across sample() calls, and which lanes' next
+        # observation starts an episode (the state is reset there).
+        self._state: Any = None
+        self._is_first = np.ones(n, dtype=bool)
 
     @override(SingleAgentEnvRunner)
     def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
@@ -94,6 +107,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             if self._obs is None or force_reset:
                 self._obs, _ = self.env.reset()
                 self._resetting[:] = False
+                self._is_first[:] = True
                 self._episode_return[:] = 0.0
                 self._episode_len[:] = 0
                 self._episode_start[:] = time.perf_counter()
@@ -119,8 +133,29 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # infos, so step the wrapped env directly.
         env = self.env.env if isinstance(self.env, DictInfoToList) else self.env
         runners = self.config.num_env_runners or 1
+        stateful = self.module.is_stateful()
+        if stateful:
+            horizon = bptt_horizon(self.config)
+            if steps % horizon:
+                raise ValueError(f"BatchedEnvRunner: the rollout of {steps} steps must be a multiple of "
+                                 f"bptt_horizon={horizon}; set rollout_fragment_length to a multiple of it.")
+            if self._state is None:
+                self._state = tree.map_structure(lambda s: s.expand(n, *s.shape).clone(),
+                                                 self.module.get_initial_state())
+            columns["is_first"] = np.empty((steps, n), bool)
+            columns["state_in"] = tree.map_structure(
+                lambda s: np.empty((steps // horizon, *s.shape), np.float32), self._state)
         for t in range(steps):
             _write(columns["obs"], t, self._obs)
+            if stateful:
+                columns["is_first"][t] = self._is_first
+                if self._is_first.any():
+                    first = torch.from_numpy(self._is_first)
+                    with torch.inference_mode():  # the state tensors come from inference-mode forwards
+                        for s in tree.flatten(self._state):
+                            s[first] = 0.0
+                if t % horizon == 0:
+                    _write(columns["state_in"], t // horizon, tree.map_structure(lambda s: s.numpy(), self._state))
             if random_actions:
                 actions, extra = self.env.action_space.sample(), {}
             else:
@@ -138,6 +173,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             columns["truncateds"][t] = truncateds
             columns["valid"][t] = valid
             self._track_episodes(rewards, terminateds | truncateds, valid)
+            self._is_first = ~valid  # a reset step's next observation starts an episode
             self._resetting = terminateds | truncateds
             self._obs = obs
         _write(columns["obs"], steps, self._obs)
@@ -150,6 +186,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             obs_t = (tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs) if isinstance(obs, dict)
                      else torch.from_numpy(obs))
             batch = {RLlibColumns.OBS: obs_t}
+            if self._state is not None:
+                batch[RLlibColumns.STATE_IN] = self._state
             # The private forwards: the public ones walk every submodule with .eval()/.train() on each call, and
             # this module never leaves eval mode (set in __init__).
             if explore:
@@ -172,6 +210,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                     extra["action_dist_inputs"] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
             if RLlibColumns.VF_PREDS in out:
                 extra["vf_preds"] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
+            if RLlibColumns.STATE_OUT in out:
+                self._state = out[RLlibColumns.STATE_OUT]
         return actions.cpu().numpy(), extra
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:

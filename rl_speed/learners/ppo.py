@@ -29,6 +29,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from rl_speed.connectors.gae import vectorized_gae
 from rl_speed.connectors.gae_connector import VectorizedGAE
 from rl_speed.learners.fast_update import FastUpdateMixin
+from rl_speed.modules.recurrent import IS_FIRST
 
 #: Learner result key (under ``__all_modules__``): seconds spent on values + GAE in the last update call.
 ADVANTAGES_TIME_KEY = "advantages_time_s"
@@ -76,8 +77,10 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
             torch.cuda.synchronize(self._device)  # one sync per call, so the timing below means something
         self.metrics.log_value((ALL_MODULES, ADVANTAGES_TIME_KEY), time.perf_counter() - start, window=1)
 
-        size = len(flat[RLlibColumns.LOSS_MASK])
-        minibatch_size = min(minibatch_size or size, size)
+        mask = flat[RLlibColumns.LOSS_MASK]
+        size = len(mask)  # rows: steps, or bptt chunks of recurrent modules
+        steps_per_row = mask[0].numel()
+        minibatch_size = max(1, min((minibatch_size or mask.numel()) // steps_per_row, size))
         num_minibatches = -(-size // minibatch_size)
         loss_per_module: dict = {}
         for epoch in range(num_epochs):
@@ -96,7 +99,9 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
 
     @torch.no_grad()
     def compute_advantages(self, module_id: str, columns: dict) -> dict:
-        """Columns -> the flat ``[T * N]`` training batch PPO's loss reads (tensors on the learner's device)."""
+        """Columns -> the training batch PPO's loss reads (tensors on the learner's device): rows are single steps
+        ``[T * N]`` for feed-forward modules, or chunks of ``bptt_horizon`` steps ``[T / L * N, L]`` for recurrent
+        ones (with ``state_in`` at each chunk's start and ``is_first``)."""
         device = self._device
         module = self.module[module_id].unwrapped()
 
@@ -108,8 +113,28 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
         obs = tree.map_structure(tensor, columns["obs"])  # [T + 1, N, ...]
         rewards = tensor(columns["rewards"])
         t_len, n = rewards.shape
-        flat_obs = tree.map_structure(lambda o: o.reshape(-1, *o.shape[2:]), obs)
-        values = module.compute_values({RLlibColumns.OBS: flat_obs}).reshape(t_len + 1, n)
+        recurrent = "state_in" in columns
+        if module.is_stateful() and not recurrent:
+            raise ValueError("FastPPO: a recurrent module needs `state_in` / `is_first` columns; sample with "
+                             "rl_speed's BatchedEnvRunner.")
+        if recurrent:
+            chunks = len(tree.flatten(columns["state_in"])[0])
+            horizon = t_len // chunks
+
+            def rows(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [K * N, L, ...], chunk-major
+                x = x.reshape(chunks, horizon, n, *x.shape[2:]).transpose(1, 2)
+                return x.reshape(chunks * n, horizon, *x.shape[3:])
+
+            state_in = tree.map_structure(lambda s: tensor(s).reshape(chunks * n, -1), columns["state_in"])
+            is_first = tensor(columns["is_first"])
+            values = self._recurrent_values(module, obs, rows(is_first), state_in, rows, chunks, horizon,
+                                            tensor(~columns["valid"][-1]))
+        else:
+            def rows(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [T * N, ...]
+                return x.reshape(t_len * n, *x.shape[2:])
+
+            flat_obs = tree.map_structure(lambda o: o.reshape(-1, *o.shape[2:]), obs)
+            values = module.compute_values({RLlibColumns.OBS: flat_obs}).reshape(t_len + 1, n)
         valid = tensor(columns["valid"])
         advantages, targets = vectorized_gae(values, rewards, tensor(columns["terminateds"]),
                                              tensor(columns["truncateds"]), valid, gamma=self.config.gamma,
@@ -122,9 +147,6 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
         std = ((((advantages - mean) * mask) ** 2).sum() / count).sqrt().clamp(min=1e-4)
         advantages = (advantages - mean) / std * mask
 
-        def rows(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [T * N, ...]
-            return x.reshape(t_len * n, *x.shape[2:])
-
         batch = {
             RLlibColumns.OBS: tree.map_structure(lambda o: rows(o[:-1]), obs),
             RLlibColumns.ACTIONS: rows(tensor(columns["actions"])),
@@ -135,4 +157,24 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
             Postprocessing.VALUE_TARGETS: rows(targets),
             RLlibColumns.LOSS_MASK: rows(valid),
         }
+        if recurrent:
+            batch[RLlibColumns.STATE_IN] = state_in
+            batch[IS_FIRST] = rows(is_first)
         return batch
+
+    @staticmethod
+    def _recurrent_values(module: Any, obs: Any, is_first: torch.Tensor, state_in: dict, rows: Any, chunks: int,
+                          horizon: int, last_is_first: torch.Tensor) -> torch.Tensor:
+        """``[T + 1, N]`` values from the chunks (each starting from the runner's recorded state) plus one step for
+        the bootstrap observation ``obs[T]`` from the state the last chunk ends in."""
+        n = last_is_first.shape[0]
+        out = module._forward({RLlibColumns.OBS: tree.map_structure(lambda o: rows(o[:-1]), obs),
+                               RLlibColumns.STATE_IN: state_in, IS_FIRST: is_first})
+        values = module.compute_values({}, embeddings=out[RLlibColumns.EMBEDDINGS])  # [K * N, L]
+        values = values.reshape(chunks, n, horizon).transpose(1, 2).reshape(chunks * horizon, n)
+        keep = (~last_is_first).float()[:, None]
+        final = tree.map_structure(lambda s: s[-n:] * keep, out[RLlibColumns.STATE_OUT])
+        last = tree.map_structure(lambda o: o[-1], obs)
+        bootstrap = module.compute_values({}, embeddings=module._forward(
+            {RLlibColumns.OBS: last, RLlibColumns.STATE_IN: final})[RLlibColumns.EMBEDDINGS])
+        return torch.cat([values, bootstrap[None]])

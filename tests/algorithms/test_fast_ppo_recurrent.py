@@ -1,0 +1,101 @@
+"""FastPPO with the LSTM module: the runner's carried state and the learner's chunked replay agree, state resets
+at episode starts, the recurrent policy solves a memory task a feed-forward one cannot, and bad BPTT settings are
+named at validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rl_speed
+
+rl_speed.register()
+
+from ray.rllib.core import DEFAULT_MODULE_ID  # noqa: E402
+from ray.rllib.core.columns import Columns as RLlibColumns  # noqa: E402
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec  # noqa: E402
+
+from rl_speed.algorithms.fast_ppo import FastPPOConfig  # noqa: E402
+from rl_speed.modules.recurrent import RecurrentActorCritic  # noqa: E402
+
+
+def _config(recurrent: bool = True, length: int = 5, **training) -> FastPPOConfig:
+    config = (
+        FastPPOConfig()
+        .environment("rl_speed/CueCorridor-v0", env_config={"length": length})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=64, rollout_fragment_length=32)
+        .training(**{"train_batch_size_per_learner": 2048, "minibatch_size": 512, "num_epochs": 4, "lr": 1e-3,
+                     "bptt_horizon": 16, "entropy_coeff": 0.01, **training})
+        .rl_module(model_config={"fcnet_hiddens": [32], "lstm_cell_size": 32})
+        .debugging(seed=0)
+    )
+    if recurrent:
+        config = config.rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentActorCritic))
+    return config
+
+
+def test_learner_chunks_replay_the_runner_recurrence(ray_session):
+    algo = _config(num_epochs=1).env_runners(num_envs_per_env_runner=4).training(
+        train_batch_size_per_learner=128, minibatch_size=64).build_algo()
+    try:
+        runner = algo.env_runner
+        runner.sample()  # so the second rollout starts from a carried, non-zero state
+        columns = runner.sample()
+        assert columns["state_in"]["h"].shape == (2, 4, 32) and np.abs(columns["state_in"]["h"][0]).sum() > 0
+        assert columns["is_first"].any() and not columns["is_first"].all()
+        learner = algo.learner_group._learner
+        batch = learner.compute_advantages(DEFAULT_MODULE_ID, columns)
+        # Reference: the module stepped one observation at a time from the rollout's first state, resetting the
+        # state where an episode starts, as the runner did.
+        module = learner.module[DEFAULT_MODULE_ID]
+        state = {k: torch.from_numpy(v[0]) for k, v in columns["state_in"].items()}
+        values = []
+        with torch.no_grad():
+            for t in range(33):
+                if t < 32:
+                    first = torch.from_numpy(columns["is_first"][t])[:, None]
+                else:
+                    first = torch.from_numpy(~columns["valid"][31])[:, None]
+                state = {k: v * (~first) for k, v in state.items()}
+                out = module._forward({RLlibColumns.OBS: torch.from_numpy(columns["obs"][t]),
+                                       RLlibColumns.STATE_IN: state})
+                values.append(module.compute_values({}, embeddings=out[RLlibColumns.EMBEDDINGS]))
+                state = out[RLlibColumns.STATE_OUT]
+        reference = torch.stack(values[:32])  # [T, N]
+        got = batch[RLlibColumns.VF_PREDS].reshape(2, 4, 16).transpose(1, 2).reshape(32, 4)
+        torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-5)
+        assert batch[RLlibColumns.OBS].shape == (8, 16, 4)  # [K * N, L, obs]
+    finally:
+        algo.stop()
+
+
+def test_lstm_solves_the_cue_corridor_and_a_feed_forward_policy_cannot(ray_session):
+    returns = {}
+    for recurrent in (True, False):
+        algo = _config(recurrent).build_algo()
+        try:
+            for _ in range(40):
+                result = algo.train()
+            returns[recurrent] = result["env_runners"]["episode_return_mean"]
+        finally:
+            algo.stop()
+    assert returns[True] > 0.9, returns  # remembers the cue
+    assert abs(returns[False]) < 0.3, returns  # a memoryless policy is at chance (expected return 0)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.training(bptt_horizon=10), "`bptt_horizon`=10 does not divide the rollout of 32 steps"),
+    (lambda c: c.training(minibatch_size=520), "`minibatch_size`=520 must be a multiple of `bptt_horizon`=16"),
+    (lambda c: c.training(bptt_horizon=0), "`bptt_horizon`=0 must be an integer >= 1"),
+])
+def test_bad_bptt_settings_fail_at_validation(change, message):
+    with pytest.raises(ValueError) as info:
+        change(_config()).validate()
+    assert message in str(info.value)
+
+
+def test_rllib_lstm_flag_is_redirected_to_the_recurrent_module():
+    config = _config(recurrent=False).rl_module(model_config={"use_lstm": True})
+    with pytest.raises(ValueError, match="rl_module: recurrent"):
+        config.validate()
