@@ -74,3 +74,43 @@ def test_snake_fastdqn_beats_random_within_90_seconds(tmp_path, cli_env):
     final = float(rows[-1]["env_runners/episode_return_mean"])
     print(f"FastDQN Snake after 90 s {final:.3f}")
     assert final > 5.0
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_cartpole_fastppo_reaches_450(tmp_path, cli_env):
+    rows = train_tuned_example("cartpole_fastppo", {"time_total_s": 120}, tmp_path, cli_env)
+    best = max(float(r["env_runners/episode_return_mean"]) for r in rows if r["env_runners/episode_return_mean"])
+    print(f"FastPPO CartPole best mean return {best:.1f} in {rows[-1]['time_total_s']} s")
+    assert best >= 450
+
+
+@pytest.mark.slow
+def test_snake_fastppo_beats_random_within_90_seconds(tmp_path, cli_env):
+    rows = train_tuned_example("snake_fastppo", {"time_total_s": 90}, tmp_path, cli_env)
+    final = float(rows[-1]["env_runners/episode_return_mean"])
+    print(f"FastPPO Snake after 90 s {final:.3f}")
+    assert final > 4.0
+
+
+def grid_random_return(seed: int = 0) -> float:
+    """Mean return per agent-episode of a random policy on the grid arena (default map, 256 steps)."""
+    from rl_speed_envs.grid_arena import GridArenaVectorEnv
+
+    env = GridArenaVectorEnv(num_envs=24 * 16, max_steps=256)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    total = np.zeros(env.num_envs)
+    for _ in range(256):
+        total += env.step(rng.integers(0, 7, env.num_envs))[1]
+    return float(total.mean())
+
+
+@pytest.mark.slow
+def test_grid_arena_fastppo_well_above_random_within_150_seconds(tmp_path, cli_env):
+    baseline = grid_random_return()
+    rows = train_tuned_example("grid_ppo", {"time_total_s": 150}, tmp_path, cli_env)
+    final = float(rows[-1]["env_runners/episode_return_mean"])
+    print(f"grid arena: random policy {baseline:.3f}, FastPPO after 150 s {final:.3f}")
+    assert baseline < 0.12
+    assert final > 0.2

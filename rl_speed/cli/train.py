@@ -22,12 +22,19 @@ def progress_fields(result: dict) -> dict[str, float]:
         "env_steps_per_s": steps_this_iter / seconds,
         "return_mean": runners.get("episode_return_mean", float("nan")),
         "time_total_s": result.get("time_total_s", float("nan")),
+        # FastPPO's per-iteration profile (absent for other algorithms): shares of the iteration's time.
+        **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", float("nan"))
+           for k in ("sample", "advantages", "learn", "sync_weights")},
     }
 
 
 def format_progress(name: str, f: dict[str, float]) -> str:
-    return (f"{name} | iter {f['iteration']:,} | env steps {f['env_steps']:,.0f} | "
+    line = (f"{name} | iter {f['iteration']:,} | env steps {f['env_steps']:,.0f} | "
             f"{f['env_steps_per_s']:,.0f} env steps/s | return {f['return_mean']:.3f} | {f['time_total_s']:.0f} s")
+    if f.get("sample_share") == f.get("sample_share"):  # not NaN: the algorithm reports where its time went
+        line += (f" | time: sample {f['sample_share']:.0%}, gae {f['advantages_share']:.0%}, "
+                 f"learn {f['learn_share']:.0%}, sync {f['sync_weights_share']:.0%}")
+    return line
 
 
 def make_progress_callback(name: str, stream: TextIO = sys.stdout) -> Any:

@@ -250,6 +250,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                                       / (self.config.num_env_runners or 1)))
             self._recent = np.concatenate([self._recent, *self._finished])[-window:]
             self._finished.clear()
+        if len(self._recent):  # every call, so iterations in which no episode ended still report the window
             returns, lengths, seconds = self._recent.T
             for key, value, reduce in (
                 (EPISODE_RETURN_MEAN, returns.mean(), "mean"), (EPISODE_LEN_MEAN, lengths.mean(), "mean"),

@@ -39,3 +39,17 @@ def test_train_shows_progress_and_writes_results_and_checkpoint(cmd, tmp_path, c
     assert list(trial_dirs[0].glob("events.out.tfevents.*")), "TensorBoard event file missing"
     checkpoint = [line.split("checkpoint:")[1].strip() for line in lines if "checkpoint:" in line]
     assert checkpoint and Path(checkpoint[0]).is_dir() and any(Path(checkpoint[0]).iterdir())
+
+
+def test_progress_line_shows_where_fastppo_time_goes():
+    from rl_speed.cli.train import format_progress, progress_fields
+
+    result = {"training_iteration": 3, "time_this_iter_s": 2.0, "time_total_s": 6.0,
+              "env_runners": {"num_env_steps_sampled": 1000, "num_env_steps_sampled_lifetime": 3000,
+                              "episode_return_mean": 1.5},
+              "rl_speed_profile": {"sample_share": 0.5, "advantages_share": 0.1, "learn_share": 0.38,
+                                   "sync_weights_share": 0.02}}
+    line = format_progress("x", progress_fields(result))
+    assert "500 env steps/s" in line and "time: sample 50%, gae 10%, learn 38%, sync 2%" in line
+    del result["rl_speed_profile"]
+    assert "time:" not in format_progress("x", progress_fields(result))  # stock algorithms: no profile
