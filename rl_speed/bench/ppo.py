@@ -33,9 +33,16 @@ SIZES = {
     "64 envs": Size(num_envs=64, batch_size=16_384, minibatch_size=4_096),
     "1,024 envs": Size(num_envs=1_024, batch_size=32_768, minibatch_size=8_192),
 }
+# The grid arena's lanes are agents (24 per map), so its two sizes are 4 maps (96 lanes) and 32 maps (768 lanes).
+GRID_SIZES = {
+    "4 maps x 24 agents": Size(num_envs=96, batch_size=12_288, minibatch_size=3_072),
+    "32 maps x 24 agents": Size(num_envs=768, batch_size=24_576, minibatch_size=6_144),
+}
+GRID = "rl_speed/GridArena-v0"
 ENVS: dict[str, dict] = {
     "CartPole-v1": {},
     "rl_speed/Snake-v0": {"observation": "flat", "height": 8, "width": 8},
+    GRID: {},
 }
 HIDDEN = [64, 64]
 
@@ -48,19 +55,29 @@ def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: i
         from ray.rllib.algorithms.ppo import PPOConfig as Config
     else:
         from rl_speed.algorithms.fast_ppo import FastPPOConfig as Config
+    stock_multi_agent = algo == "stock" and env == GRID
+    agents_per_step = 1
+    num_envs = size.num_envs
+    if stock_multi_agent:
+        # Stock RLlib runs the grid arena through its MultiAgentEnv form: one env per map (sync vectorization),
+        # every agent mapped to one shared policy; its env steps are map steps, so count agent steps.
+        agents_per_step = 24
+        num_envs = size.num_envs // agents_per_step
     config = (
         Config()
         .environment(env, env_config=env_config)
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=size.num_envs,
-                     gym_env_vectorize_mode="vector_entry_point")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs,
+                     gym_env_vectorize_mode="sync" if stock_multi_agent else "vector_entry_point")
         .rl_module(model_config={"fcnet_hiddens": HIDDEN, "fcnet_activation": "tanh", "head_fcnet_hiddens": []})
         .training(train_batch_size_per_learner=size.batch_size, minibatch_size=size.minibatch_size, num_epochs=1,
                   lr=3e-4)
     )
+    if stock_multi_agent:
+        config = config.multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kw: "shared")
     algo_obj = config.build_algo()
     try:
         def steps(result: dict) -> float:
-            return result["env_runners"]["num_env_steps_sampled_lifetime"]
+            return result["env_runners"]["num_env_steps_sampled_lifetime"] * agents_per_step
 
         before = steps(algo_obj.train())  # warm-up
         start = time.perf_counter()
@@ -86,7 +103,12 @@ def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> fl
     rl_speed_envs.register_gymnasium()
     n = size.num_envs
     t_len = size.batch_size // n
-    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
+    if env_id == GRID:
+        from rl_speed_envs.grid_arena import GridArenaVectorEnv
+
+        env = GridArenaVectorEnv(num_envs=n, **env_config)
+    else:
+        env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
     obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
     pi, vf = _mlp(obs_dim, num_actions), _mlp(obs_dim, 1)
     opt = torch.optim.Adam([*pi.parameters(), *vf.parameters()], lr=3e-4)
@@ -149,16 +171,15 @@ def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> fl
     return done / (time.perf_counter() - start)
 
 
-def run(repeats: int = 3, iterations: int = 5, envs: tuple[str, ...] = tuple(ENVS),
-        sizes: tuple[str, ...] = tuple(SIZES)) -> str:
+def run(repeats: int = 3, iterations: int = 5, envs: tuple[str, ...] = tuple(ENVS)) -> str:
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     try:
         for env in envs:
-            for name in sizes:
-                size = SIZES[name]
+            sizes = GRID_SIZES if env == GRID else SIZES
+            for name, size in sizes.items():
                 runs: dict[str, list[float]] = {"stock": [], "fast": [], "bare": []}
                 for _ in range(repeats):  # interleaved, so drift on this shared machine hits all three alike
                     runs["stock"].append(_rllib_rate("stock", env, ENVS[env], size, iterations))
@@ -173,6 +194,9 @@ def run(repeats: int = 3, iterations: int = 5, envs: tuple[str, ...] = tuple(ENV
         ray.shutdown()
     return "\n".join([
         "### PPO: stock RLlib vs FastPPO vs bare torch loop (env steps/s, sampling + GAE + 1 epoch of updates)",
+        "",
+        "Grid arena: agent steps/s; stock PPO runs its RLlib `MultiAgentEnv` form (one env per map, one shared "
+        "policy), FastPPO and the bare loop its batched form (agents as lanes).",
         "",
         f"Command: `rl-speed bench ppo` · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · "
         f"torch threads {torch.get_num_threads()}, local sampling, 64-64 tanh MLPs, median of {repeats} interleaved "
