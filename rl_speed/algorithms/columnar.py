@@ -83,3 +83,31 @@ def has_vector_entry_point(env: Any) -> bool:
         return gym.spec(env).vector_entry_point is not None
     except Exception:
         return False
+
+
+#: Ray metrics (``ray.util.metrics``) every columnar algorithm exports each iteration, so they show on the Ray
+#: dashboard and its Prometheus endpoint. name -> description.
+RAY_METRICS = {
+    "rl_speed_env_steps_per_s": "Env steps sampled per second in the last training iteration.",
+    "rl_speed_learner_updates_per_s": "Gradient updates (minibatches) per second in the last training iteration.",
+    "rl_speed_replay_size": "Transitions held by the replay buffer (FastDQN).",
+    "rl_speed_time_share": "Share of the last iteration's time spent in each phase (tag `phase`).",
+}
+_gauges: dict[str, Any] = {}
+
+
+def export_ray_metrics(algo: Any, values: dict[str, float], shares: dict[str, float] | None = None) -> None:
+    """Sets the gauges of :data:`RAY_METRICS` for this algorithm (tags: ``algorithm``, ``trial``)."""
+    from ray.util.metrics import Gauge
+
+    tags = {"algorithm": type(algo).__name__, "trial": str(getattr(algo, "trial_id", "") or "default")}
+    for name, value in values.items():
+        if name not in _gauges:
+            _gauges[name] = Gauge(name, description=RAY_METRICS[name], tag_keys=("algorithm", "trial"))
+        _gauges[name].set(float(value), tags=tags)
+    if shares:
+        name = "rl_speed_time_share"
+        if name not in _gauges:
+            _gauges[name] = Gauge(name, description=RAY_METRICS[name], tag_keys=("algorithm", "trial", "phase"))
+        for phase, share in shares.items():
+            _gauges[name].set(float(share), tags={**tags, "phase": phase})

@@ -14,6 +14,7 @@ later ones do not see priority changes from the earlier ones of the same iterati
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -39,7 +40,12 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rl_speed.algorithms.columnar import ColumnarConfigMixin, sample_columns, sync_weights_if_due
+from rl_speed.algorithms.columnar import (
+    ColumnarConfigMixin,
+    export_ray_metrics,
+    sample_columns,
+    sync_weights_if_due,
+)
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.columns import next_obs, num_steps
 from rl_speed.env_runners import BatchedEnvRunner
@@ -194,8 +200,10 @@ class FastDQN(DQN):
     @override(DQN)
     def training_step(self) -> None:
         cfg = self.config
+        iteration_start = time.perf_counter()
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             samples = sample_columns(self)
+        sample_seconds = time.perf_counter() - iteration_start
         self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
         sampled = 0
         with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
@@ -211,11 +219,20 @@ class FastDQN(DQN):
         self._update_credit += self._updates_owed(sampled, batch_size)
         num_updates = int(self._update_credit)
         self._update_credit -= num_updates
-        if lifetime >= cfg.num_steps_sampled_before_learning_starts and num_updates > 0:
+        learn_start = time.perf_counter()
+        learning = lifetime >= cfg.num_steps_sampled_before_learning_starts and num_updates > 0
+        if learning:
             self._learn(num_updates, batch_size, lifetime)
+        learn_seconds = time.perf_counter() - learn_start
         self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
 
         sync_weights_if_due(self)
+        seconds = time.perf_counter() - iteration_start
+        export_ray_metrics(
+            self, {"rl_speed_env_steps_per_s": sampled / seconds,
+                   "rl_speed_learner_updates_per_s": (num_updates if learning else 0) / seconds,
+                   "rl_speed_replay_size": len(self._buffer)},
+            {"sample": sample_seconds / seconds, "learn": learn_seconds / seconds})
 
     def _updates_owed(self, sampled: int, batch_size: int) -> float:
         cfg = self.config

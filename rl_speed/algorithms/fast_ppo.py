@@ -32,10 +32,12 @@ from ray.rllib.utils.metrics import (
 from rl_speed.algorithms.columnar import (
     ColumnarConfigMixin,
     concat_lanes,
+    export_ray_metrics,
     sample_columns,
     split_lanes,
     sync_weights_if_due,
 )
+from rl_speed.columns import num_steps
 from rl_speed.env_runners import BatchedEnvRunner
 from rl_speed.env_runners.batched import bptt_horizon
 from rl_speed.modules.recurrent import RecurrentActorCritic
@@ -129,9 +131,11 @@ class FastPPO(PPO):
     def training_step(self) -> None:
         cfg = self.config
         profile: dict[str, float] = {}
-        start = time.perf_counter()
+        iteration_start = start = time.perf_counter()
         samples = sample_columns(self)
         profile["sample_s"] = time.perf_counter() - start
+        if not samples:  # every runner failed this iteration; with restart_failed_env_runners RLlib restarts them
+            return
         self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
         columns = concat_lanes([c for _, c, _ in sorted(samples, key=lambda s: s[0])])
 
@@ -157,6 +161,11 @@ class FastPPO(PPO):
         for key in ("sample", "advantages", "learn", "sync_weights"):
             profile[f"{key}_share"] = profile[f"{key}_s"] / total
         self.metrics.log_dict(profile, key=PROFILE_KEY, window=1)
+        seconds = time.perf_counter() - iteration_start
+        minibatches = cfg.num_epochs * max(1, -(-num_steps(columns) // (cfg.minibatch_size or num_steps(columns))))
+        export_ray_metrics(self, {"rl_speed_env_steps_per_s": num_steps(columns) / seconds,
+                                  "rl_speed_learner_updates_per_s": minibatches / seconds},
+                           {k[:-6]: v for k, v in profile.items() if k.endswith("_share")})
 
 
 def _peek(value: Any) -> float:

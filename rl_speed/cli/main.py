@@ -29,6 +29,12 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     train.add_argument("--num-gpus", type=int, help="GPUs of the local Ray this command starts")
     train.add_argument("--address", help="join a running Ray cluster (inside `ray job submit` this is automatic)")
     train.add_argument("-v", "--verbose", action="store_true", help="show Tune's table and the workers' logs")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the stopped or crashed run of each experiment (same --storage-path) from its "
+                            "last checkpoint")
+    plot = commands.add_parser("plot", help="PNG of return and throughput vs env steps and wall time, one line per run")
+    plot.add_argument("results", help="a results directory (an experiment, or a storage path holding several)")
+    plot.add_argument("-o", "--output", help="PNG path (default RESULTS/rl_speed_plot.png)")
     bench = commands.add_parser("bench", help="run a benchmark and print its markdown table (see BENCHMARKS.md)")
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
@@ -45,11 +51,18 @@ def train(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     from rl_speed.cli.train import init_ray, run_experiments
 
+    if args.resume:
+        from rl_speed.cli.train import check_resumable
+
+        problem = check_resumable(experiments, args.storage_path)
+        if problem:
+            print(problem, file=sys.stderr)
+            return USAGE_ERROR
     import ray
 
     init_ray(args.address, args.num_cpus, args.num_gpus, args.verbose)
     try:
-        return run_experiments(experiments, args.storage_path, verbose=args.verbose)
+        return run_experiments(experiments, args.storage_path, verbose=args.verbose, resume=args.resume)
     finally:
         ray.shutdown()
 
@@ -58,6 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)
+    if args.command == "plot":
+        from rl_speed.cli.plot import PlotError, plot_results
+
+        try:
+            print(plot_results(args.results, args.output))
+        except PlotError as e:
+            print(str(e), file=sys.stderr)
+            return USAGE_ERROR
+        return 0
     if args.command == "bench":
         import importlib
 

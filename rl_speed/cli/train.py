@@ -56,23 +56,50 @@ def make_progress_callback(name: str, stream: TextIO = sys.stdout) -> Any:
     return ProgressLine()
 
 
+def experiment_path(storage_path: str | None, name: str) -> Path:
+    """Where Tune keeps an experiment: ``STORAGE/NAME`` (Tune's default storage is ``~/ray_results``)."""
+    return Path(storage_path or Path.home() / "ray_results").expanduser().resolve() / name
+
+
+def check_resumable(experiments: list[Experiment], storage_path: str | None) -> str | None:
+    """None if every experiment has a run to resume, else a message naming what is missing (checked before Ray
+    starts, so a wrong path costs a second)."""
+    from ray.tune import Tuner
+
+    for exp in experiments:
+        path = experiment_path(storage_path, exp.name)
+        if not Tuner.can_restore(path):
+            return (f"--resume: there is no run of experiment `{exp.name}` to resume at {path}. Fix: pass the "
+                    "--storage-path the run was started with, or drop --resume to start a new run.")
+    return None
+
+
 def run_experiments(experiments: list[Experiment], storage_path: str | None, verbose: bool = False,
-                    stream: TextIO = sys.stdout) -> int:
-    """Runs each experiment with Tune (Ray must be initialized); returns a process exit status."""
+                    stream: TextIO = sys.stdout, resume: bool = False) -> int:
+    """Runs each experiment with Tune (Ray must be initialized); returns a process exit status.
+
+    ``resume``: continue each experiment's unfinished or errored trials from their last checkpoints (Tune's
+    experiment state + RLlib's algorithm checkpoint: weights, optimizer, counters and, for FastDQN, the replay
+    buffer), with the stop criteria of the original run.
+    """
     from ray import tune
 
     status = 0
     for exp in experiments:
-        run_config = tune.RunConfig(
-            name=exp.name,
-            storage_path=str(Path(storage_path).resolve()) if storage_path else None,
-            stop=exp.stop or None,
-            checkpoint_config=tune.CheckpointConfig(**exp.checkpoint_config),
-            callbacks=[make_progress_callback(exp.name, stream)],
-            verbose=1 if verbose else 0,
-        )
-        tuner = tune.Tuner(exp.algo_class, param_space=exp.config,
-                           tune_config=tune.TuneConfig(num_samples=exp.num_samples), run_config=run_config)
+        if resume:
+            tuner = tune.Tuner.restore(str(experiment_path(storage_path, exp.name)), trainable=exp.algo_class,
+                                       resume_unfinished=True, resume_errored=True, param_space=exp.config)
+        else:
+            run_config = tune.RunConfig(
+                name=exp.name,
+                storage_path=str(Path(storage_path).resolve()) if storage_path else None,
+                stop=exp.stop or None,
+                checkpoint_config=tune.CheckpointConfig(**exp.checkpoint_config),
+                callbacks=[make_progress_callback(exp.name, stream)],
+                verbose=1 if verbose else 0,
+            )
+            tuner = tune.Tuner(exp.algo_class, param_space=exp.config,
+                               tune_config=tune.TuneConfig(num_samples=exp.num_samples), run_config=run_config)
         start = time.perf_counter()
         results = tuner.fit()
         wall = time.perf_counter() - start

@@ -13,6 +13,7 @@ the last step of the rollout bootstraps from ``V(obs_T)``. Invalid steps (NEXT_S
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -36,10 +37,24 @@ def vectorized_gae(values: torch.Tensor, rewards: torch.Tensor, terminateds: tor
     if valid is not None:
         deltas = deltas * valid.float()
     advantages = torch.zeros_like(values)  # [T + 1, N]; row T stays 0 (nothing to propagate past the rollout)
-    for t in range(t_len - 1, -1, -1):  # one pass over T, one fused [N]-wide kernel per step
-        torch.addcmul(deltas[t], propagate[t], advantages[t + 1], out=advantages[t])
+    _backward_recursion(deltas, propagate, advantages)
     advantages = advantages[:-1]
     return advantages, advantages + values[:-1]
+
+
+def _backward_recursion(deltas: torch.Tensor, propagate: torch.Tensor, out: torch.Tensor) -> None:
+    """``out[t] = deltas[t] + propagate[t] * out[t + 1]`` for t = T-1..0, in place; ``out`` has T + 1 rows and its
+    last row is the value carried in. One pass over T, each step one [N]-wide multiply-add."""
+    if out.device.type == "cpu":
+        # On a CPU the loop's cost is per-call overhead, several times smaller in numpy than in torch's dispatcher:
+        # run the same recursion on the same memory through numpy views (no copies).
+        o, d, p = (x.detach().numpy() for x in (out, deltas.contiguous(), propagate.contiguous()))
+        for t in range(len(d) - 1, -1, -1):
+            np.multiply(p[t], o[t + 1], out=o[t])
+            o[t] += d[t]
+    else:
+        for t in range(len(deltas) - 1, -1, -1):
+            torch.addcmul(deltas[t], propagate[t], out[t + 1], out=out[t])
 
 
 def standardize(advantages: torch.Tensor, valid: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
@@ -80,8 +95,7 @@ def flat_value_targets(values: torch.Tensor, rewards: torch.Tensor, terminateds:
     d = torch.where(mask, deltas[safe], 0.0)
     p = torch.where(mask, propagate[safe], 0.0) * (gamma * lambda_)
     adv = torch.zeros(longest + 1, pos.shape[1], device=values.device)
-    for t in range(longest - 1, -1, -1):
-        torch.addcmul(d[t], p[t], adv[t + 1], out=adv[t])
+    _backward_recursion(d, p, adv)
     flat = torch.empty_like(values)
     flat[pos[mask]] = adv[:-1][mask]
     return flat + values

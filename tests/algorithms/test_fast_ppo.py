@@ -163,6 +163,7 @@ def test_two_ddp_learners_get_one_lane_shard_each(ray_session):
     (lambda c: c.env_runners(batch_mode="complete_episodes"), "`batch_mode` must be 'truncate_episodes'"),
     (lambda c: c.training(sync_weights_every=0), "`sync_weights_every`=0 must be an integer >= 1"),
     (lambda c: c.training(use_critic=False), "`use_gae` and `use_critic` must be True"),
+    (lambda c: c.env_runners(num_env_runners=0, num_envs_per_env_runner=0), "num_envs_per_env_runner"),
 ])
 def test_bad_settings_fail_at_validation_naming_the_key(change, message):
     with pytest.raises(ValueError) as info:

@@ -1,0 +1,109 @@
+"""A real Ray head with the dashboard, started with `ray start` for the cluster tests, and stopped by PID.
+
+Every port is picked free and the temp dir is private, so the head never collides with another Ray on this machine.
+At the end only the processes whose command line names our temp dir are ended: `ray stop` would end every Ray
+process on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RayHead:
+    address: str  # GCS address for ray.init / workers
+    dashboard: str  # http://127.0.0.1:PORT for `ray job submit`
+    metrics: str  # http://127.0.0.1:PORT/metrics (Prometheus)
+    temp_dir: Path
+    env: dict
+
+    def ray(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout,
+                              env=self.env)
+
+
+def our_pids(marker: str) -> list[int]:
+    """PIDs of live processes whose command line contains ``marker`` (our private temp dir)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_by_pid(marker: str) -> None:
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        for pid in our_pids(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + wait
+        while our_pids(marker) and time.time() < deadline:
+            time.sleep(0.2)
+        if not our_pids(marker):
+            return
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    # Short path: Ray's Unix sockets live under the temp dir and must stay under ~107 characters.
+    temp_dir = Path(tempfile.mkdtemp(prefix="rsh", dir="/tmp"))
+    ports = {name: free_port() for name in ("port", "dashboard-port", "metrics-export-port", "ray-client-server-port",
+                                             "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                             "runtime-env-agent-port", "node-manager-port", "object-manager-port")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # `rl-speed` on the job drivers' PATH
+    args = [str(BIN / "ray"), "start", "--head", f"--temp-dir={temp_dir}", "--num-cpus=2", "--num-gpus=0",
+            "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--disable-usage-stats",
+            "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=180, env=env)
+    if proc.returncode != 0:
+        stop_by_pid(str(temp_dir))
+        pytest.fail(f"ray start failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    head = RayHead(address=f"127.0.0.1:{ports['port']}", dashboard=f"http://127.0.0.1:{ports['dashboard-port']}",
+                   metrics=f"http://127.0.0.1:{ports['metrics-export-port']}/metrics", temp_dir=temp_dir, env=env)
+    try:
+        deadline = time.time() + 120
+        while True:  # the dashboard's job API comes up a little after `ray start` returns
+            try:
+                urllib.request.urlopen(head.dashboard + "/api/version", timeout=5)
+                break
+            except urllib.error.HTTPError:  # answered (e.g. 401 without a token): it is up
+                break
+            except Exception:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1)
+        yield head
+    finally:
+        stop_by_pid(str(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
