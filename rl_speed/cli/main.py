@@ -14,7 +14,8 @@ from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, 
 USAGE_ERROR = 2
 #: benchmark name -> module with a run(repeats) -> markdown function
 BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
-              "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset"}
+              "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
+              "scaling": "rl_speed.bench.scaling"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -38,7 +39,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run a benchmark and print its markdown table (see BENCHMARKS.md)")
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset)")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling)")
     return parser
 
 
