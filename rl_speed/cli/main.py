@@ -39,6 +39,8 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run a benchmark and print its markdown table (see BENCHMARKS.md)")
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
+    bench.add_argument("--output", default="results/bench",
+                       help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling)")
     return parser
 
@@ -86,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
 
         run = importlib.import_module(BENCHMARKS[args.name]).run
         kwargs = {"device": args.device} if args.device != "cpu" else {}
-        print(run(args.repeats, **kwargs))
+        markdown = run(args.repeats, **kwargs)
+        print(markdown)
+        from rl_speed.bench.chart import write_outputs
+
+        table, chart = write_outputs(args.name, markdown, args.output)
+        print(f"\nwritten: {table}" + (f", {chart}" if chart else ""))
         return 0
     return USAGE_ERROR
 

@@ -1,14 +1,16 @@
 """``rl-speed plot RESULTS_DIR``: one PNG comparing runs: mean return and env steps/s against env steps and wall time.
 
-Reads every Tune trial (``progress.csv``) under the directory, so stock-vs-fast runs kept side by side in one storage
+Reads every Tune trial (``result.json``, else ``progress.csv``) under the directory, so stock-vs-fast runs kept side by side in one storage
 path compare at a glance: one line per run, labelled ``experiment/trial``.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 RETURN = "env_runners/episode_return_mean"
 STEPS = "env_runners/num_env_steps_sampled_lifetime"
@@ -26,14 +28,34 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
+def _flat(result: dict, key: str) -> float:
+    value: Any = result
+    for part in key.split("/"):
+        value = value.get(part) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def _trial_rows(trial: Path) -> list[dict[str, float]]:
+    """Tune's ``result.json`` (one JSON result per line) if present, else ``progress.csv``. result.json first: after a
+    resumed run Tune appends to progress.csv under the first run's header although its key order differs."""
+    if (trial / "result.json").exists():
+        rows = []
+        for line in open(trial / "result.json"):
+            if line.strip():
+                result = json.loads(line)
+                rows.append({k: _flat(result, k) for k in (RETURN, STEPS, TIME)})
+        return rows
+    with open(trial / "progress.csv", newline="") as f:
+        return [{k: _number(row.get(k)) for k in (RETURN, STEPS, TIME)} for row in csv.DictReader(f)]
+
+
 def read_runs(results: Path) -> dict[str, list[dict[str, float]]]:
-    """``{label: rows}`` for every trial directory under ``results`` with a non-empty ``progress.csv``."""
+    """``{label: rows}`` for every trial directory under ``results`` with results."""
     runs = {}
-    for progress in sorted(results.rglob("progress.csv")):
-        with open(progress, newline="") as f:
-            rows = [{k: _number(row.get(k)) for k in (RETURN, STEPS, TIME)} for row in csv.DictReader(f)]
+    trials = {p.parent for p in [*results.rglob("progress.csv"), *results.rglob("result.json")]}
+    for trial in sorted(trials):
+        rows = _trial_rows(trial)
         if rows:
-            trial = progress.parent
             label = trial.name if trial == results else str(trial.relative_to(results))
             runs[label if len(label) <= 60 else label[:28] + "..." + label[-29:]] = rows
     return runs
@@ -52,7 +74,7 @@ def plot_results(results: str | Path, output: str | Path | None = None) -> Path:
                         "(the --storage-path of `rl-speed train`, or one experiment in it).")
     runs = read_runs(results)
     if not runs:
-        raise PlotError(f"rl-speed plot: no progress.csv under {results}. Fix: pass the directory `rl-speed train` "
+        raise PlotError(f"rl-speed plot: no result.json / progress.csv under {results}. Fix: pass the directory `rl-speed train` "
                         "wrote (its readout prints `Results: ...`).")
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for label, rows in runs.items():

@@ -41,6 +41,6 @@ def test_plot_writes_one_png_with_every_run(tmp_path):
 
 def test_plot_errors_name_the_fix(tmp_path):
     proc = subprocess.run([RL_SPEED, "plot", str(tmp_path)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "no progress.csv under" in proc.stderr and "Fix:" in proc.stderr
+    assert proc.returncode == 2 and "no result.json / progress.csv under" in proc.stderr and "Fix:" in proc.stderr
     proc = subprocess.run([RL_SPEED, "plot", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "is not a directory" in proc.stderr
