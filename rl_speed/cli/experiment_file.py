@@ -191,6 +191,11 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
             f"`{key}` is not a config key of {algo_class.__name__}{_did_you_mean(key, sorted(known))}.",
             f"use new-API-stack AlgorithmConfig keys (see {type(default).__name__}'s methods, "
             "e.g. `num_env_runners`, `train_batch_size_per_learner`, `lr`).")
+    for key, value in config.items():  # RLlib does not type-check these; a string would fail deep inside a trial
+        default_value = getattr(default, default._translate_special_keys(key, warn_deprecated=False), None)
+        if isinstance(default_value, (int, float)) and not isinstance(default_value, bool) and isinstance(value, str):
+            raise ExperimentFileError(source, f"{name}.config.{key}", f"`{key}` must be a number, got {value!r}.",
+                                      f"write a number, e.g. `{key}: {default_value}`.")
     config = dict(config)
     model_config = config.pop("model_config", None)
     module_class = None

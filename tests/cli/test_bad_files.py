@@ -27,6 +27,7 @@ CASES = {
     "rllib_rejects_config.yaml": ["snake.config", "minibatch_size", "train_batch_size_per_learner"],
     "not_a_mapping.yaml": ["mapping of experiment names"],
     "bad_checkpoint_key.yaml": ["snake.checkpoint_config.checkpoint_every", "checkpoint_frequency"],
+    "string_for_number.yaml": ["snake.config.num_epochs", "must be a number, got 'many'", "write a number"],
 }
 
 

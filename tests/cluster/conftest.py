@@ -41,7 +41,11 @@ def ray_head():
     ports = {name: free_port() for name in ("port", "dashboard-port", "metrics-export-port", "ray-client-server-port",
                                              "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                              "runtime-env-agent-port", "node-manager-port", "object-manager-port")}
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # Token authentication on, for the head and for every client (`ray job ...`), which then sends the token that
+    # `ray start` keeps in ~/.ray/auth_token. (Clients without RAY_AUTH_MODE=token send none and get 401.)
+    env["RAY_AUTH_MODE"] = "token"
+    env["RL_SPEED_TEST_CLUSTER"] = str(temp_dir)  # how stop_by_pid finds every process of this cluster
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # `rl-speed` on the job drivers' PATH
     args = [str(BIN / "ray"), "start", "--head", f"--temp-dir={temp_dir}", "--num-cpus=2", "--num-gpus=0",
             "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--disable-usage-stats",

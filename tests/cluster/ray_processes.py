@@ -19,29 +19,54 @@ def free_port() -> int:
 
 
 def our_pids(marker: str) -> list[int]:
-    """PIDs of live processes whose command line contains ``marker`` (our private temp dir)."""
-    pids = []
+    """PIDs of live processes whose command line or environment contains ``marker``, plus all their descendants.
+
+    Start Ray with ``RL_SPEED_TEST_CLUSTER=<marker>`` in its environment. Ray renames some processes
+    (``ray::DashboardAgent``), which overwrites their command line and environment block, so those are found as
+    children of the raylet instead; collect the tree before ending any of it."""
+    needle = marker.encode()
+    parents: dict[int, int] = {}
+    matched = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
+        pid = int(entry.name)
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            stat = (entry / "stat").read_text()
+            parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+            if needle in (entry / "cmdline").read_bytes() or needle in (entry / "environ").read_bytes():
+                matched.add(pid)
+        except (OSError, ValueError, IndexError):
             continue
-        if marker in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    found = set(matched)
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in found} - found
+        grew = bool(children)
+        found |= children
+    return sorted(found)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def stop_by_pid(marker: str) -> None:
+    """Ends our cluster's processes (found once, tree included): SIGTERM, then SIGKILL for those still alive."""
+    pids = our_pids(marker)
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        for pid in our_pids(marker):
+        for pid in pids:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.time() + wait
-        while our_pids(marker) and time.time() < deadline:
+        while any(_alive(p) for p in pids) and time.time() < deadline:
             time.sleep(0.2)
-        if not our_pids(marker):
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
             return

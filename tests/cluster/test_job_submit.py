@@ -30,18 +30,19 @@ def _submit(head, work: Path, entrypoint: list[str], job_id: str, wait: bool = T
 
 
 def _status(head, job_id: str) -> str:
-    out = head.ray("job", "status", "--address", head.dashboard, job_id).stdout
-    match = re.search(r"(PENDING|RUNNING|STOPPED|SUCCEEDED|FAILED)", out)
-    return match.group(1) if match else out
+    proc = head.ray("job", "status", "--address", head.dashboard, job_id)
+    out = proc.stdout + proc.stderr  # the CLI reports "Job 'ID' succeeded" through its logger (stderr)
+    match = re.search(rf"Job '{job_id}' (pending|running|stopped|succeeded|failed)", out, re.IGNORECASE)
+    return match.group(1).upper() if match else out
 
 
 @pytest.mark.ci
 def test_training_job_succeeds_and_bad_yaml_fails_clearly(ray_head, tmp_path):
     assert (Path.home() / ".ray" / "auth_token").exists() or "RAY_AUTH_TOKEN" in ray_head.env  # token auth is on
     work = _working_dir(tmp_path)
-    (work / "bad.yaml").write_text("oops:\n  run: FastPPO\n  env: CartPole-v1\n  config: {num_epochs: many}\n")
+    (work / "bad.yaml").write_text("oops:\n  run: FastPPO\n  env: CartPole-v1\n  config: {num_epoch: 2}\n")
     proc = _submit(ray_head, work, ["rl-speed", "train", "tuned_examples/cartpole_fastppo.yaml",
-                                    "--stop", '{"training_iteration": 3}'], "rl_speed_ok")
+                                    "--stop", '{"training_iteration": 3}', "--storage-path", "results"], "rl_speed_ok")
     assert _status(ray_head, "rl_speed_ok") == "SUCCEEDED", proc.stdout[-3000:] + proc.stderr[-3000:]
     logs = ray_head.ray("job", "logs", "--address", ray_head.dashboard, "rl_speed_ok").stdout
     assert "cartpole-fastppo: finished" in logs and "env steps/s on average" in logs, logs[-3000:]
@@ -56,7 +57,7 @@ def test_training_job_succeeds_and_bad_yaml_fails_clearly(ray_head, tmp_path):
 def test_fastppo_metrics_reach_the_prometheus_endpoint(ray_head, tmp_path):
     work = _working_dir(tmp_path)
     _submit(ray_head, work, ["rl-speed", "train", "tuned_examples/cartpole_fastppo.yaml",
-                             "--stop", '{"time_total_s": 60}', "--config",
+                             "--stop", '{"time_total_s": 60}', "--storage-path", "results", "--config",
                              '{"train_batch_size_per_learner": 16384, "minibatch_size": 4096, "num_epochs": 1}'],
             "rl_speed_metrics", wait=False)
     found: dict[str, float] = {}
