@@ -252,15 +252,19 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             self._finished.clear()
         if len(self._recent):  # every call, so iterations in which no episode ended still report the window
             returns, lengths, seconds = self._recent.T
-            for key, value, reduce in (
-                (EPISODE_RETURN_MEAN, returns.mean(), "mean"), (EPISODE_LEN_MEAN, lengths.mean(), "mean"),
-                (EPISODE_DURATION_SEC_MEAN, seconds.mean(), "mean"),
-                (("agent_episode_return_mean", DEFAULT_AGENT_ID), returns.mean(), "mean"),
-                (("module_episode_return_mean", DEFAULT_MODULE_ID), returns.mean(), "mean"),
-                (EPISODE_RETURN_MIN, returns.min(), "min"), (EPISODE_RETURN_MAX, returns.max(), "max"),
-                (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
-            ):
-                self.metrics.log_value(key, float(value), reduce=reduce, window=1)
+        else:
+            # No episode has ended yet: NaN, so the keys exist from the first result on (Tune's progress.csv takes
+            # its columns from the first result and never adds one later).
+            returns = lengths = seconds = np.array([np.nan])
+        for key, value, reduce in (
+            (EPISODE_RETURN_MEAN, returns.mean(), "mean"), (EPISODE_LEN_MEAN, lengths.mean(), "mean"),
+            (EPISODE_DURATION_SEC_MEAN, seconds.mean(), "mean"),
+            (("agent_episode_return_mean", DEFAULT_AGENT_ID), returns.mean(), "mean"),
+            (("module_episode_return_mean", DEFAULT_MODULE_ID), returns.mean(), "mean"),
+            (EPISODE_RETURN_MIN, returns.min(), "min"), (EPISODE_RETURN_MAX, returns.max(), "max"),
+            (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
+        ):
+            self.metrics.log_value(key, float(value), reduce=reduce, window=1)
         return self.metrics.reduce()
 
 
