@@ -114,5 +114,5 @@ def test_grid_arena_fastppo_well_above_random_within_150_seconds(tmp_path, cli_e
     rows = train_tuned_example("grid_ppo", {"time_total_s": 150}, tmp_path, cli_env)
     final = float(rows[-1]["env_runners/episode_return_mean"])
     print(f"grid arena: random policy {baseline:.3f}, FastPPO after 150 s {final:.3f}")
-    assert baseline < 0.12
-    assert final > 0.2
+    assert baseline < 0.15
+    assert final > 2 * baseline and final > 0.2

@@ -53,8 +53,11 @@ def test_job_scales_the_cluster_out_and_idle_nodes_leave(tmp_path):
 
         assert _workers(status()) == 0
         job = subprocess.Popen(
-            [str(BIN / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}", "--working-dir",
-             str(ROOT / "tuned_examples"), "--", "rl-speed", "train", "cartpole_fastppo.yaml", "--stop",
+            # No --working-dir: the fake nodes share this machine's runtime-env directory, and a node leaving
+            # deletes the unpacked working dir under the running driver. Absolute paths do the same job here.
+            [str(BIN / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}", "--", "rl-speed",
+             "train", str(ROOT / "tuned_examples" / "cartpole_fastppo.yaml"), "--storage-path", str(tmp_path),
+             "--stop",
              '{"training_iteration": 4}', "--config",
              '{"num_env_runners": 3, "num_envs_per_env_runner": 16, "train_batch_size_per_learner": 3072}'],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
