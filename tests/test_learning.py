@@ -33,6 +33,12 @@ def random_policy_return(env_config: dict, episodes: int = 2000, seed: int = 0) 
     return float(np.mean(returns))
 
 
+def best_return(rows: list[dict]) -> float:
+    """Best mean return over a run's progress.csv rows (rows before the first finished episode hold NaN)."""
+    return max(float(r["env_runners/episode_return_mean"]) for r in rows
+               if r["env_runners/episode_return_mean"] not in ("", "nan"))
+
+
 def train_tuned_example(name: str, stop: dict, tmp_path: Path, env: dict) -> list[dict]:
     """Runs ``rl-speed train tuned_examples/NAME.yaml`` and returns the trial's progress.csv rows."""
     path = ROOT / "tuned_examples" / f"{name}.yaml"
@@ -63,8 +69,7 @@ def test_snake_ppo_beats_random_within_90_seconds(tmp_path, cli_env):
 @pytest.mark.ci
 def test_cartpole_fastdqn_reaches_400_within_120_seconds(tmp_path, cli_env):
     rows = train_tuned_example("cartpole_fastdqn", {"time_total_s": 120}, tmp_path, cli_env)
-    best = max(float(r["env_runners/episode_return_mean"]) for r in rows
-               if r["env_runners/episode_return_mean"] not in ("", "nan"))
+    best = best_return(rows)
     print(f"FastDQN CartPole best mean return {best:.1f} in {rows[-1]['time_total_s']} s")
     assert best >= 400
 
@@ -81,8 +86,7 @@ def test_snake_fastdqn_beats_random_within_90_seconds(tmp_path, cli_env):
 @pytest.mark.ci
 def test_cartpole_fastppo_reaches_450(tmp_path, cli_env):
     rows = train_tuned_example("cartpole_fastppo", {"time_total_s": 120}, tmp_path, cli_env)
-    best = max(float(r["env_runners/episode_return_mean"]) for r in rows
-               if r["env_runners/episode_return_mean"] not in ("", "nan"))
+    best = best_return(rows)
     print(f"FastPPO CartPole best mean return {best:.1f} in {rows[-1]['time_total_s']} s")
     assert best >= 450
 

@@ -47,3 +47,14 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def tanh_mlp(inputs: int, outputs: int, hidden: list[int]) -> "torch.nn.Module":
+    """The bare loops' network: ``hidden`` tanh layers and a linear output (RLlib's default MLP shape)."""
+    from torch import nn
+
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(inputs, width), nn.Tanh()]
+        inputs = width
+    return nn.Sequential(*layers, nn.Linear(inputs, outputs))

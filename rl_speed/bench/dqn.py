@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import machine, tanh_mlp
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,6 @@ def _rllib_rates(algo: str, env: str, env_config: dict, regime: Regime, seconds:
         algo_obj.stop()
 
 
-def _q_net(obs_dim: int, num_actions: int) -> nn.Module:
-    layers: list[nn.Module] = []
-    for width in HIDDEN:
-        layers += [nn.Linear(obs_dim, width), nn.Tanh()]
-        obs_dim = width
-    return nn.Sequential(*layers, nn.Linear(obs_dim, num_actions))
-
-
 def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float,
                 device: str = "cpu") -> tuple[float, float]:
     """The no-framework ceiling: numpy vector env, numpy ring buffer, the same Q-net and loss, one process."""
@@ -113,7 +105,7 @@ def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float,
     env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
     obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
     dev = torch.device(device)
-    q = _q_net(obs_dim, num_actions).to(dev)
+    q = tanh_mlp(obs_dim, num_actions, HIDDEN).to(dev)
     target = copy.deepcopy(q)
     opt = torch.optim.Adam(q.parameters(), lr=5e-4)
     cap = 100_000

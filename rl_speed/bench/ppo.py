@@ -17,9 +17,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import machine, tanh_mlp
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,6 @@ def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: i
         algo_obj.stop()
 
 
-def _mlp(inputs: int, outputs: int) -> nn.Module:
-    layers: list[nn.Module] = []
-    for width in HIDDEN:
-        layers += [nn.Linear(inputs, width), nn.Tanh()]
-        inputs = width
-    return nn.Sequential(*layers, nn.Linear(inputs, outputs))
-
-
 def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> float:
     """The no-framework ceiling: numpy vector env, the same networks, GAE and clipped PPO loss, one process."""
     import rl_speed_envs
@@ -110,7 +101,7 @@ def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> fl
     else:
         env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
     obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
-    pi, vf = _mlp(obs_dim, num_actions), _mlp(obs_dim, 1)
+    pi, vf = tanh_mlp(obs_dim, num_actions, HIDDEN), tanh_mlp(obs_dim, 1, HIDDEN)
     opt = torch.optim.Adam([*pi.parameters(), *vf.parameters()], lr=3e-4)
     obs, _ = env.reset(seed=0)
     resetting = np.zeros(n, dtype=bool)
