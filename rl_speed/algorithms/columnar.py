@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import tree
@@ -27,6 +29,44 @@ def sample_columns(algo: Any) -> list[tuple[int, Columns, dict]]:
         return [sample(algo.env_runner)]
     return algo.env_runner_group.foreach_env_runner(sample, local_env_runner=False,
                                                     timeout_seconds=algo.config.sample_timeout_s)
+
+
+class ColumnSampler:
+    """Gathers ``(worker_index, columns, metrics)`` from the env runners each iteration.
+
+    With ``config.async_sampling`` (and remote runners) every runner starts its next batch as soon as it hands one
+    over, so sampling overlaps the learner's update instead of waiting for it. The price: each batch was sampled with
+    the weights from one sync earlier (the pushed weights queue behind the in-flight sample on each runner). PPO's
+    importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so they stay correct.
+    """
+
+    TAG = "rl_speed_columns"
+
+    def __init__(self, algo: Any) -> None:
+        self.algo = algo
+        self._in_flight = 0
+
+    def sample(self) -> list[tuple[int, Columns, dict]]:
+        algo = self.algo
+        group = algo.env_runner_group
+        if not getattr(algo.config, "async_sampling", False) or group.num_remote_env_runners() == 0:
+            return sample_columns(algo)
+        if not self._in_flight:
+            self._launch()
+        results: list = []
+        deadline = time.monotonic() + (algo.config.sample_timeout_s or 60.0)
+        while len(results) < self._in_flight and time.monotonic() < deadline:
+            ready = group.fetch_ready_async_reqs(tags=self.TAG, timeout_seconds=1.0)
+            results += [result for _, result in ready]
+        self._in_flight = 0  # a runner that failed or timed out is dropped from this iteration
+        self._launch()  # the next batch starts now, while the learner updates on this one
+        return results
+
+    def _launch(self) -> None:
+        def sample(runner: Any) -> tuple[int, Columns, dict]:
+            return runner.worker_index, runner.sample(), runner.get_metrics()
+
+        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(sample, tag=self.TAG)
 
 
 def concat_lanes(batches: list[Columns]) -> Columns:
@@ -63,6 +103,8 @@ class ColumnarConfigMixin:
     def validate_columnar(self, name: str) -> None:
         if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env):
             self.gym_env_vectorize_mode = "vector_entry_point"  # the native vector env where the env has one
+        if not isinstance(getattr(self, "async_sampling", False), bool):
+            self._value_error(f"{name}: `async_sampling`={self.async_sampling!r} must be true or false.")
         if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
             self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":

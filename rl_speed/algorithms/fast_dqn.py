@@ -42,8 +42,8 @@ from ray.rllib.utils.metrics import (
 
 from rl_speed.algorithms.columnar import (
     ColumnarConfigMixin,
+    ColumnSampler,
     export_ray_metrics,
-    sample_columns,
     sync_weights_if_due,
 )
 from rl_speed.buffers import BatchedReplayBuffer
@@ -67,6 +67,7 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
       "train every k steps"); an alternative to ``training_intensity`` (= batch size / k). Default: neither, which
       means one update per ``training_step``, like RLlib's native ratio.
     * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
+    * ``async_sampling``: runners sample the next batch while the learner updates (see ``ColumnSampler``).
 
     ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured; a ``type`` naming one of RLlib's
     prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling; ``storage_device``
@@ -78,6 +79,7 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
         self.env_runner_cls = BatchedEnvRunner
         self.train_every_env_steps: int | None = None
         self.sync_weights_every: int = 1
+        self.async_sampling: bool = False
         # Checkpoints include the replay buffer (RLlib's key; its default is False).
         self.store_buffer_in_checkpoints = True
 
@@ -91,13 +93,15 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
 
     @override(DQNConfig)
     def training(self, *, train_every_env_steps: int | None = NotProvided, sync_weights_every: int = NotProvided,
-                 **kwargs: Any) -> "FastDQNConfig":
+                 async_sampling: bool = NotProvided, **kwargs: Any) -> "FastDQNConfig":
         """DQN's ``training()`` plus ``train_every_env_steps`` and ``sync_weights_every``."""
         super().training(**kwargs)
         if train_every_env_steps is not NotProvided:
             self.train_every_env_steps = train_every_env_steps
         if sync_weights_every is not NotProvided:
             self.sync_weights_every = sync_weights_every
+        if async_sampling is not NotProvided:
+            self.async_sampling = async_sampling
         return self
 
     @override(DQNConfig)
@@ -192,6 +196,7 @@ class FastDQN(DQN):
             prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4), seed=cfg.seed,
             device=rb.get("storage_device"))
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
+        self._sampler = ColumnSampler(self)
 
     @property
     def replay_buffer(self) -> BatchedReplayBuffer:
@@ -202,7 +207,7 @@ class FastDQN(DQN):
         cfg = self.config
         iteration_start = time.perf_counter()
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            samples = sample_columns(self)
+            samples = self._sampler.sample()
         sample_seconds = time.perf_counter() - iteration_start
         self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
         sampled = 0

@@ -31,9 +31,9 @@ from ray.rllib.utils.metrics import (
 
 from rl_speed.algorithms.columnar import (
     ColumnarConfigMixin,
+    ColumnSampler,
     concat_lanes,
     export_ray_metrics,
-    sample_columns,
     split_lanes,
     sync_weights_if_due,
 )
@@ -47,14 +47,16 @@ PROFILE_KEY = "rl_speed_profile"
 
 
 class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
-    """PPOConfig plus ``sync_weights_every`` (push weights to env runners every k iterations, default 1); every PPO
-    key keeps its meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner
+    """PPOConfig plus ``sync_weights_every`` (push weights to env runners every k iterations, default 1),
+    ``async_sampling`` (runners sample the next batch during the update; see :class:`ColumnSampler`) and
+    ``bptt_horizon`` (recurrent modules); every PPO key keeps its meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner
     (FastPPOTorchLearner: PPO's loss on column batches, fused gradient clip + finiteness check)."""
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastPPO)
         self.env_runner_cls = BatchedEnvRunner
         self.sync_weights_every: int = 1
+        self.async_sampling: bool = False
         self.bptt_horizon: int | None = None
 
     @override(PPOConfig)
@@ -63,8 +65,10 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
 
     @override(PPOConfig)
     def training(self, *, sync_weights_every: int = NotProvided, bptt_horizon: int | None = NotProvided,
-                 **kwargs: Any) -> "FastPPOConfig":
+                 async_sampling: bool = NotProvided, **kwargs: Any) -> "FastPPOConfig":
         super().training(**kwargs)
+        if async_sampling is not NotProvided:
+            self.async_sampling = async_sampling
         if sync_weights_every is not NotProvided:
             self.sync_weights_every = sync_weights_every
         if bptt_horizon is not NotProvided:
@@ -128,11 +132,16 @@ class FastPPO(PPO):
         return FastPPOConfig()
 
     @override(PPO)
+    def setup(self, config: Any) -> None:
+        super().setup(config)
+        self._sampler = ColumnSampler(self)
+
+    @override(PPO)
     def training_step(self) -> None:
         cfg = self.config
         profile: dict[str, float] = {}
         iteration_start = start = time.perf_counter()
-        samples = sample_columns(self)
+        samples = self._sampler.sample()
         profile["sample_s"] = time.perf_counter() - start
         if not samples:  # every runner failed this iteration; with restart_failed_env_runners RLlib restarts them
             return

@@ -21,7 +21,7 @@ ENV = "rl_speed/Snake-v0"
 ENV_CONFIG = {"height": 8, "width": 8, "observation": "flat"}
 
 
-def _config(algo: str, runners: int, device: str) -> Any:
+def _config(algo: str, runners: int, device: str, async_sampling: bool = False) -> Any:
     batch = runners * ENVS_PER_RUNNER * FRAGMENT
     if algo == "FastPPO":
         from rl_speed.algorithms.fast_ppo import FastPPOConfig
@@ -37,12 +37,13 @@ def _config(algo: str, runners: int, device: str) -> Any:
     return (config.environment(ENV, env_config=ENV_CONFIG)
             .env_runners(num_env_runners=runners, num_envs_per_env_runner=ENVS_PER_RUNNER,
                          rollout_fragment_length=FRAGMENT, num_cpus_per_env_runner=1)
+            .training(async_sampling=async_sampling)
             .rl_module(model_config={"fcnet_hiddens": [64, 64]})
             .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
 
 
-def _rate(algo: str, runners: int, device: str, iterations: int) -> float:
-    algo_obj = _config(algo, runners, device).build_algo()
+def _rate(algo: str, runners: int, device: str, iterations: int, async_sampling: bool = False) -> float:
+    algo_obj = _config(algo, runners, device, async_sampling).build_algo()
     try:
         for _ in range(2):
             result = algo_obj.train()
@@ -68,12 +69,14 @@ def run(repeats: int = 1, iterations: int = 5, device: str = "cpu", runners: tup
     rows = []
     try:
         for algo in ("FastPPO", "FastDQN"):
-            base = None
-            for k in runners:
-                rates = sorted(_rate(algo, k, device, iterations) for _ in range(repeats))
-                rate = rates[len(rates) // 2]
-                base = base or rate
-                rows.append(f"| {algo} | {k} | {rate:,.0f} | {rate / (k * base):.0%} |")
+            for async_sampling in (False, True):
+                base = None
+                for k in runners:
+                    rates = sorted(_rate(algo, k, device, iterations, async_sampling) for _ in range(repeats))
+                    rate = rates[len(rates) // 2]
+                    base = base or rate
+                    mode = "async_sampling" if async_sampling else "synchronous"
+                    rows.append(f"| {algo} | {mode} | {k} | {rate:,.0f} | {rate / (k * base):.0%} |")
     finally:
         ray.shutdown()
     return "\n".join([
@@ -83,7 +86,7 @@ def run(repeats: int = 1, iterations: int = 5, device: str = "cpu", runners: tup
         f"{time.strftime('%Y-%m-%d')} · {ENVS_PER_RUNNER} envs x {FRAGMENT} steps per runner per iteration, "
         f"median of {repeats} run(s) of {iterations} iterations after 2 warm-up iterations.",
         "",
-        "| algorithm | env runners | env steps/s | parallel efficiency |",
-        "|---|---:|---:|---:|",
+        "| algorithm | sampling | env runners | env steps/s | parallel efficiency |",
+        "|---|---|---:|---:|---:|",
         *rows,
     ])

@@ -189,3 +189,14 @@ def test_env_without_native_vector_form_runs_through_sync_vectorization(ray_sess
     finally:
         algo.stop()
     assert result["replay_buffer"]["added"] == result["env_runners"]["num_env_steps_sampled_lifetime"] > 0
+
+
+def test_async_sampling_fills_the_buffer_from_remote_runners(ray_session):
+    algo = _config(async_sampling=True).env_runners(num_env_runners=1).build_algo()
+    try:
+        for _ in range(4):
+            result = algo.train()
+        assert result["replay_buffer"]["size"] >= 3 * 8 * 32 * 0.8
+        assert algo._sampler._in_flight == 1
+    finally:
+        algo.stop()

@@ -169,3 +169,13 @@ def test_bad_settings_fail_at_validation_naming_the_key(change, message):
     with pytest.raises(ValueError) as info:
         change(_config()).validate()
     assert message in str(info.value)
+
+
+def test_async_sampling_overlaps_the_update_and_keeps_counting(ray_session):
+    algo = _config(async_sampling=True).env_runners(num_env_runners=2, num_envs_per_env_runner=4).build_algo()
+    try:
+        steps = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(4)]
+        assert steps == sorted(steps) and 0.8 * 4 * 256 <= steps[-1] <= 4 * 256
+        assert algo._sampler._in_flight == 2  # the next batch is already being sampled
+    finally:
+        algo.stop()
