@@ -50,7 +50,7 @@ def main() -> int:
     setup()
     try:
         if task == "demo":
-            sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/snake_ppo.yaml", "--stop", '{"time_total_s": 60}',
+            sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/snake_fastppo.yaml", "--stop", '{"time_total_s": 60}',
                "--storage-path", "results", *extra)
         elif task == "test":
             sh(PY, "-m", "pytest", *extra)
