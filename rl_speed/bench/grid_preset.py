@@ -3,8 +3,9 @@
 Runs on a machine with a GPU and many cores (e.g. an NVIDIA H100 host with 16 cores). Three rows, agent steps/s
 over ``iterations`` training iterations after ``warmup`` ones (torch.compile and Ray start-up excluded):
 
-1. FastPPO with the preset as shipped (LSTM, BPTT 32, torch.compile, 393,216-step batches, 1 epoch);
-2. FastPPO with the same batches and a feed-forward 256-256 MLP (the network stock PPO gets);
+1. FastPPO with the preset as shipped (LSTM, BPTT 32, torch.compile, async sampling, 393,216-step batches, 1 epoch);
+2. FastPPO with the same batches and a feed-forward 256-256 MLP (the network stock PPO gets), with and without
+   async sampling;
 3. stock RLlib PPO through the arena's ``MultiAgentEnv`` form (one env per map, one shared policy), same runner
    count, maps per runner, batch, minibatch and MLP.
 """
@@ -66,6 +67,7 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
         feed_forward = copy.deepcopy(preset)
         feed_forward._rl_module_spec = None  # back to RLlib's default PPO module
         feed_forward.rl_module(model_config=mlp).framework(torch_compile_learner=False)
+        feed_forward_sync = copy.deepcopy(feed_forward).training(async_sampling=False)
         maps = preset.num_envs_per_env_runner // 24
         stock = (PPOConfig()
                  .environment("rl_speed/GridArena-v0", env_config=dict(preset.env_config))
@@ -77,8 +79,9 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
                  # Batches count agent steps, as FastPPO's lanes do.
                  .multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kw: "shared",
                               count_steps_by="agent_steps"))
-        for label, config, agents in (("FastPPO, preset (LSTM, BPTT 32, torch.compile)", preset, 1),
-                                      ("FastPPO, 256-256 MLP", feed_forward, 1),
+        for label, config, agents in (("FastPPO, preset (LSTM, BPTT 32, torch.compile, async sampling)", preset, 1),
+                                      ("FastPPO, 256-256 MLP, async sampling", feed_forward, 1),
+                                      ("FastPPO, 256-256 MLP, synchronous", feed_forward_sync, 1),
                                       ("stock PPO (MultiAgentEnv), 256-256 MLP", stock, 24)):
             try:
                 rates = [_rate(config, iterations, warmup, agents) for _ in range(repeats)]
