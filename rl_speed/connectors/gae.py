@@ -57,15 +57,20 @@ def _backward_recursion(deltas: torch.Tensor, propagate: torch.Tensor, out: torc
             torch.addcmul(deltas[t], propagate[t], out[t + 1], out=out[t])
 
 
-def standardize(advantages: torch.Tensor, valid: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
-    """Zero mean, unit std over the valid entries (one fused reduction, no host sync)."""
+def standardize(advantages: torch.Tensor, valid: torch.Tensor | None = None, eps: float = 1e-8,
+                min_std: float | None = None) -> torch.Tensor:
+    """Zero mean, unit std over the valid entries (one fused reduction, no host sync); invalid entries become 0.
+
+    The std is divided as ``std + eps``, or, with ``min_std``, as ``max(std, min_std)`` (RLlib's
+    GeneralAdvantageEstimation rule: population std floored at 1e-4)."""
     if valid is None:
         return (advantages - advantages.mean()) / (advantages.std() + eps)
     mask = valid.float()
     count = mask.sum().clamp(min=1.0)
     mean = (advantages * mask).sum() / count
-    var = (((advantages - mean) * mask) ** 2).sum() / count
-    return (advantages - mean) / (var.sqrt() + eps) * mask
+    std = ((((advantages - mean) * mask) ** 2).sum() / count).sqrt()
+    std = std.clamp(min=min_std) if min_std is not None else std + eps
+    return (advantages - mean) / std * mask
 
 
 def flat_value_targets(values: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor,

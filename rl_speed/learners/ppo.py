@@ -26,7 +26,7 @@ from ray.rllib.core import ALL_MODULES
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from rl_speed.connectors.gae import vectorized_gae
+from rl_speed.connectors.gae import standardize, vectorized_gae
 from rl_speed.connectors.gae_connector import VectorizedGAE
 from rl_speed.learners.fast_update import FastUpdateMixin
 from rl_speed.modules.recurrent import IS_FIRST
@@ -141,11 +141,7 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
                                              lambda_=self.config.lambda_)
         # As RLlib's GeneralAdvantageEstimation: standardized over the learner's batch (population std, floored at
         # 1e-4), but over real steps only.
-        mask = valid.float()
-        count = mask.sum().clamp(min=1.0)
-        mean = (advantages * mask).sum() / count
-        std = ((((advantages - mean) * mask) ** 2).sum() / count).sqrt().clamp(min=1e-4)
-        advantages = (advantages - mean) / std * mask
+        advantages = standardize(advantages, valid, min_std=1e-4)
 
         batch = {
             RLlibColumns.OBS: tree.map_structure(lambda o: rows(o[:-1]), obs),
