@@ -7,27 +7,30 @@ splits along N into one shard per learner without cutting any trajectory.
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import tree
 
+from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.utils.metrics import SYNCH_WORKER_WEIGHTS_TIMER, TIMERS
 
 from rl_speed.columns import Columns
+from rl_speed.env_runners import BatchedEnvRunner
+
+
+def _sample_runner(runner: Any) -> tuple[int, Columns, dict]:
+    """What one env runner hands over per iteration: ``(worker_index, columns, metrics)``."""
+    return runner.worker_index, runner.sample(), runner.get_metrics()
 
 
 def sample_columns(algo: Any) -> list[tuple[int, Columns, dict]]:
     """``(worker_index, columns, metrics)`` from every env runner of ``algo``; remote ones sample in parallel."""
-    def sample(runner: Any) -> tuple[int, Columns, dict]:
-        return runner.worker_index, runner.sample(), runner.get_metrics()
-
     if algo.env_runner_group.num_remote_env_runners() == 0:
-        return [sample(algo.env_runner)]
-    return algo.env_runner_group.foreach_env_runner(sample, local_env_runner=False,
+        return [_sample_runner(algo.env_runner)]
+    return algo.env_runner_group.foreach_env_runner(_sample_runner, local_env_runner=False,
                                                     timeout_seconds=algo.config.sample_timeout_s)
 
 
@@ -49,7 +52,7 @@ class ColumnSampler:
     def sample(self) -> list[tuple[int, Columns, dict]]:
         algo = self.algo
         group = algo.env_runner_group
-        if not getattr(algo.config, "async_sampling", False) or group.num_remote_env_runners() == 0:
+        if not algo.config.async_sampling or group.num_remote_env_runners() == 0:
             return sample_columns(algo)
         if not self._in_flight:
             self._launch()
@@ -63,10 +66,7 @@ class ColumnSampler:
         return results
 
     def _launch(self) -> None:
-        def sample(runner: Any) -> tuple[int, Columns, dict]:
-            return runner.worker_index, runner.sample(), runner.get_metrics()
-
-        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(sample, tag=self.TAG)
+        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(_sample_runner, tag=self.TAG)
 
 
 def concat_lanes(batches: list[Columns]) -> Columns:
@@ -98,12 +98,34 @@ def sync_weights_if_due(algo: Any) -> None:
 
 
 class ColumnarConfigMixin:
-    """Validation every columnar algorithm config shares; mix in before RLlib's config class."""
+    """What every columnar algorithm config shares; mix in before RLlib's config class.
+
+    Defaults: the env runner is :class:`BatchedEnvRunner`. Keys (through ``training()``):
+
+    * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
+    * ``async_sampling``: remote runners sample the next batch while the learner updates (see
+      :class:`ColumnSampler`; default False).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env_runner_cls = BatchedEnvRunner
+        self.sync_weights_every: int = 1
+        self.async_sampling: bool = False
+
+    def training(self, *, sync_weights_every: int = NotProvided, async_sampling: bool = NotProvided,
+                 **kwargs: Any) -> Any:
+        super().training(**kwargs)
+        if sync_weights_every is not NotProvided:
+            self.sync_weights_every = sync_weights_every
+        if async_sampling is not NotProvided:
+            self.async_sampling = async_sampling
+        return self
 
     def validate_columnar(self, name: str) -> None:
         if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env):
             self.gym_env_vectorize_mode = "vector_entry_point"  # the native vector env where the env has one
-        if not isinstance(getattr(self, "async_sampling", False), bool):
+        if not isinstance(self.async_sampling, bool):
             self._value_error(f"{name}: `async_sampling`={self.async_sampling!r} must be true or false.")
         if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
             self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")

@@ -48,7 +48,6 @@ from rl_speed.algorithms.columnar import (
 )
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.columns import next_obs, num_steps
-from rl_speed.env_runners import BatchedEnvRunner
 from rl_speed.learners.dqn import FastDQNTorchLearner
 from rl_speed.modules.q_net import QNetModule
 
@@ -59,15 +58,14 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
 
 
 class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
-    """DQNConfig plus two keys; every DQN key keeps its meaning. Defaults that differ: the env runner
+    """DQNConfig plus ``train_every_env_steps`` and the columnar keys (``sync_weights_every``, ``async_sampling``: see
+    :class:`ColumnarConfigMixin`); every DQN key keeps its meaning. Defaults that differ: the env runner
     (BatchedEnvRunner), the module (rl_speed's QNetModule, built from the same ``model_config`` keys) and the learner
     (RLlib's DQN loss with one fused gradient clip + finiteness check per update).
 
     * ``train_every_env_steps``: one update of ``train_batch_size`` per this many sampled env steps (the seeds'
       "train every k steps"); an alternative to ``training_intensity`` (= batch size / k). Default: neither, which
       means one update per ``training_step``, like RLlib's native ratio.
-    * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
-    * ``async_sampling``: runners sample the next batch while the learner updates (see ``ColumnSampler``).
 
     ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured; a ``type`` naming one of RLlib's
     prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling; ``storage_device``
@@ -76,10 +74,7 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastDQN)
-        self.env_runner_cls = BatchedEnvRunner
         self.train_every_env_steps: int | None = None
-        self.sync_weights_every: int = 1
-        self.async_sampling: bool = False
         # Checkpoints include the replay buffer (RLlib's key; its default is False).
         self.store_buffer_in_checkpoints = True
 
@@ -92,16 +87,11 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
         return FastDQNTorchLearner
 
     @override(DQNConfig)
-    def training(self, *, train_every_env_steps: int | None = NotProvided, sync_weights_every: int = NotProvided,
-                 async_sampling: bool = NotProvided, **kwargs: Any) -> "FastDQNConfig":
-        """DQN's ``training()`` plus ``train_every_env_steps`` and ``sync_weights_every``."""
+    def training(self, *, train_every_env_steps: int | None = NotProvided, **kwargs: Any) -> "FastDQNConfig":
+        """DQN's ``training()`` plus ``train_every_env_steps`` (and the columnar keys, through the mixin)."""
         super().training(**kwargs)
         if train_every_env_steps is not NotProvided:
             self.train_every_env_steps = train_every_env_steps
-        if sync_weights_every is not NotProvided:
-            self.sync_weights_every = sync_weights_every
-        if async_sampling is not NotProvided:
-            self.async_sampling = async_sampling
         return self
 
     @override(DQNConfig)

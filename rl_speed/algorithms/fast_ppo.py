@@ -38,7 +38,6 @@ from rl_speed.algorithms.columnar import (
     sync_weights_if_due,
 )
 from rl_speed.columns import num_steps
-from rl_speed.env_runners import BatchedEnvRunner
 from rl_speed.env_runners.batched import bptt_horizon
 from rl_speed.modules.recurrent import RecurrentActorCritic
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
@@ -47,16 +46,13 @@ PROFILE_KEY = "rl_speed_profile"
 
 
 class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
-    """PPOConfig plus ``sync_weights_every`` (push weights to env runners every k iterations, default 1),
-    ``async_sampling`` (runners sample the next batch during the update; see :class:`ColumnSampler`) and
-    ``bptt_horizon`` (recurrent modules); every PPO key keeps its meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner
-    (FastPPOTorchLearner: PPO's loss on column batches, fused gradient clip + finiteness check)."""
+    """PPOConfig plus the columnar keys (``sync_weights_every``, ``async_sampling``: see
+    :class:`ColumnarConfigMixin`) and ``bptt_horizon`` (chunk length for recurrent modules); every PPO key keeps its
+    meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner (FastPPOTorchLearner: PPO's loss
+    on column batches, fused gradient clip + finiteness check)."""
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastPPO)
-        self.env_runner_cls = BatchedEnvRunner
-        self.sync_weights_every: int = 1
-        self.async_sampling: bool = False
         self.bptt_horizon: int | None = None
 
     @override(PPOConfig)
@@ -64,13 +60,8 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         return FastPPOTorchLearner
 
     @override(PPOConfig)
-    def training(self, *, sync_weights_every: int = NotProvided, bptt_horizon: int | None = NotProvided,
-                 async_sampling: bool = NotProvided, **kwargs: Any) -> "FastPPOConfig":
+    def training(self, *, bptt_horizon: int | None = NotProvided, **kwargs: Any) -> "FastPPOConfig":
         super().training(**kwargs)
-        if async_sampling is not NotProvided:
-            self.async_sampling = async_sampling
-        if sync_weights_every is not NotProvided:
-            self.sync_weights_every = sync_weights_every
         if bptt_horizon is not NotProvided:
             self.bptt_horizon = bptt_horizon
         return self
@@ -115,7 +106,6 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 f"FastPPO: `minibatch_size`={self.minibatch_size} is larger than the {per_learner} steps each "
                 f"learner gets per iteration (rollout_fragment_length {fragment} x {lanes} lanes / {learners} "
                 "learners); lower `minibatch_size` or raise `train_batch_size_per_learner`.")
-
 
     @property
     def is_recurrent(self) -> bool:
@@ -171,8 +161,9 @@ class FastPPO(PPO):
             profile[f"{key}_share"] = profile[f"{key}_s"] / total
         self.metrics.log_dict(profile, key=PROFILE_KEY, window=1)
         seconds = time.perf_counter() - iteration_start
-        minibatches = cfg.num_epochs * max(1, -(-num_steps(columns) // (cfg.minibatch_size or num_steps(columns))))
-        export_ray_metrics(self, {"rl_speed_env_steps_per_s": num_steps(columns) / seconds,
+        sampled = num_steps(columns)
+        minibatches = cfg.num_epochs * max(1, -(-sampled // (cfg.minibatch_size or sampled)))
+        export_ray_metrics(self, {"rl_speed_env_steps_per_s": sampled / seconds,
                                   "rl_speed_learner_updates_per_s": minibatches / seconds},
                            {k[:-6]: v for k, v in profile.items() if k.endswith("_share")})
 
