@@ -6,7 +6,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def median_rate(step: Callable[[], int], repeats: int = 5, min_seconds: float = 0.5) -> float:
@@ -58,3 +58,21 @@ def tanh_mlp(inputs: int, outputs: int, hidden: list[int]) -> "torch.nn.Module":
         layers += [nn.Linear(inputs, width), nn.Tanh()]
         inputs = width
     return nn.Sequential(*layers, nn.Linear(inputs, outputs))
+
+
+def train_rate(config: Any, iterations: int, warmup: int = 1, agents_per_step: int = 1) -> tuple[float, dict]:
+    """Builds the algorithm, trains ``warmup`` iterations, then returns (env steps/s over the next ``iterations``
+    iterations, the last result). ``agents_per_step`` turns env steps into agent steps (multi-agent envs whose env
+    step moves every agent)."""
+    algo = config.build_algo()
+    try:
+        for _ in range(warmup):
+            result = algo.train()
+        before = result["env_runners"]["num_env_steps_sampled_lifetime"]
+        start = time.perf_counter()
+        for _ in range(iterations):
+            result = algo.train()
+        elapsed = time.perf_counter() - start
+        return (result["env_runners"]["num_env_steps_sampled_lifetime"] - before) * agents_per_step / elapsed, result
+    finally:
+        algo.stop()

@@ -20,25 +20,9 @@ from typing import Any
 
 import torch
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import machine, train_rate
 
 PRESET = Path(__file__).parents[2] / "tuned_examples" / "grid_ppo_gpu.yaml"
-
-
-def _rate(config: Any, iterations: int, warmup: int, agents_per_step: int) -> tuple[float, dict]:
-    algo = config.build_algo()
-    try:
-        for _ in range(warmup):
-            result = algo.train()
-        before = result["env_runners"]["num_env_steps_sampled_lifetime"]
-        start = time.perf_counter()
-        for _ in range(iterations):
-            result = algo.train()
-        elapsed = time.perf_counter() - start
-        rate = (result["env_runners"]["num_env_steps_sampled_lifetime"] - before) * agents_per_step / elapsed
-        return rate, dict(result.get("rl_speed_profile", {}))
-    finally:
-        algo.stop()
 
 
 def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "cpu") -> str:
@@ -84,9 +68,9 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
                                       ("FastPPO, 256-256 MLP, synchronous", feed_forward_sync, 1),
                                       ("stock PPO (MultiAgentEnv), 256-256 MLP", stock, 24)):
             try:
-                rates = [_rate(config, iterations, warmup, agents) for _ in range(repeats)]
+                rates = [train_rate(config, iterations, warmup, agents) for _ in range(repeats)]
                 rate = sorted(r for r, _ in rates)[len(rates) // 2]
-                profile = rates[-1][1]
+                profile = rates[-1][1].get("rl_speed_profile", {})
                 shares = (", ".join(f"{k[:-6]} {v:.0%}" for k, v in profile.items() if k.endswith("_share"))
                           or "n/a")
                 rows.append(f"| {label} | {rate:,.0f} | {shares} |")

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_speed.bench.common import machine, tanh_mlp
+from rl_speed.bench.common import machine, tanh_mlp, train_rate
 
 
 @dataclass(frozen=True)
@@ -73,18 +73,7 @@ def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: i
     )
     if stock_multi_agent:
         config = config.multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kw: "shared")
-    algo_obj = config.build_algo()
-    try:
-        def steps(result: dict) -> float:
-            return result["env_runners"]["num_env_steps_sampled_lifetime"] * agents_per_step
-
-        before = steps(algo_obj.train())  # warm-up
-        start = time.perf_counter()
-        for _ in range(iterations):
-            result = algo_obj.train()
-        return (steps(result) - before) / (time.perf_counter() - start)
-    finally:
-        algo_obj.stop()
+    return train_rate(config, iterations, warmup=1, agents_per_step=agents_per_step)[0]
 
 
 def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> float:

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import machine, train_rate
 
 RUNNERS = (1, 2, 4, 8, 12)
 ENVS_PER_RUNNER = 64
@@ -42,20 +42,6 @@ def _config(algo: str, runners: int, device: str, async_sampling: bool = False) 
             .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
 
 
-def _rate(algo: str, runners: int, device: str, iterations: int, async_sampling: bool = False) -> float:
-    algo_obj = _config(algo, runners, device, async_sampling).build_algo()
-    try:
-        for _ in range(2):
-            result = algo_obj.train()
-        before = result["env_runners"]["num_env_steps_sampled_lifetime"]
-        start = time.perf_counter()
-        for _ in range(iterations):
-            result = algo_obj.train()
-        return (result["env_runners"]["num_env_steps_sampled_lifetime"] - before) / (time.perf_counter() - start)
-    finally:
-        algo_obj.stop()
-
-
 def run(repeats: int = 1, iterations: int = 5, device: str = "cpu", runners: tuple[int, ...] = RUNNERS) -> str:
     import ray
 
@@ -72,7 +58,8 @@ def run(repeats: int = 1, iterations: int = 5, device: str = "cpu", runners: tup
             for async_sampling in (False, True):
                 base = None
                 for k in runners:
-                    rates = sorted(_rate(algo, k, device, iterations, async_sampling) for _ in range(repeats))
+                    config = _config(algo, k, device, async_sampling)
+                    rates = sorted(train_rate(config, iterations, warmup=2)[0] for _ in range(repeats))
                     rate = rates[len(rates) // 2]
                     base = base or rate
                     mode = "async_sampling" if async_sampling else "synchronous"
