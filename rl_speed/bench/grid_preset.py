@@ -38,7 +38,9 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
     preset = experiment.config.copy(copy_frozen=False)
     scale = runners / preset.num_env_runners  # fewer cores: fewer runners, batch shrunk with them
     batch = int(preset.train_batch_size_per_learner * scale)
-    preset.env_runners(num_env_runners=runners).training(train_batch_size_per_learner=batch)
+    # Fewer cores: fewer runners and a batch shrunk with them; the minibatch never exceeds the batch.
+    preset.env_runners(num_env_runners=runners).training(train_batch_size_per_learner=batch,
+                                                         minibatch_size=min(preset.minibatch_size, batch))
     if device != "cuda":
         preset.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False)
     ray.init(address="local", num_cpus=cpus, num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
