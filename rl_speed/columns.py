@@ -6,7 +6,7 @@ Keys (``N`` = env lanes of one runner, ``T`` = steps of one ``sample()`` call):
 | key | shape | dtype | meaning |
 |---|---|---|---|
 | ``obs`` | ``[T + 1, N, ...]`` | the env's | ``obs[t]`` is what the module saw at step t; ``obs[T]`` the observation after the last step, so the next observation of step t is always ``obs[t + 1]`` |
-| ``actions`` | ``[T, N, ...]`` | the env's | actions sent to the env |
+| ``actions`` | ``[T, N, ...]`` | the env's | the module's actions (a dict of such arrays for ``Dict`` action spaces) |
 | ``rewards`` | ``[T, N]`` | float32 | |
 | ``terminateds`` / ``truncateds`` | ``[T, N]`` | bool | the episode ended at step t (``obs[t + 1]`` is then its final observation) |
 | ``valid`` | ``[T, N]`` | bool | False for gymnasium NEXT_STEP autoreset steps: the step after an episode end only resets the env, its action is ignored, and it is not a transition |
@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import tree
 
 Columns = dict[str, Any]
 REQUIRED = ("obs", "actions", "rewards", "terminateds", "truncateds", "valid")
@@ -46,8 +47,9 @@ def check(columns: Columns) -> None:
         raise ValueError(f"Columns: missing keys {missing}; a column batch needs {list(REQUIRED)}.")
     t, n = columns["rewards"].shape
     for key in ("actions", "terminateds", "truncateds", "valid", "action_logp", "vf_preds"):
-        if key in columns and columns[key].shape[:2] != (t, n):
-            raise ValueError(f"Columns: `{key}` has shape {columns[key].shape}, expected [{t}, {n}, ...].")
+        for value in tree.flatten(columns.get(key, [])):
+            if value.shape[:2] != (t, n):
+                raise ValueError(f"Columns: `{key}` has shape {value.shape}, expected [{t}, {n}, ...].")
     obs = columns["obs"]
     for key, value in (obs.items() if isinstance(obs, dict) else [("obs", obs)]):
         if np.shape(value)[:2] != (t + 1, n):

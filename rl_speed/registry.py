@@ -31,6 +31,7 @@ ALGORITHMS: dict[str, str] = {
 MODULES: dict[str, str] = {
     "recurrent": "rl_speed.modules.recurrent:RecurrentActorCritic",
     "q_net": "rl_speed.modules.q_net:QNetModule",
+    "graph": "rl_speed.modules.graph:GraphActorCritic",
 }
 
 _registered = False

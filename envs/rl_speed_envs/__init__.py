@@ -12,6 +12,8 @@ __all__ = ["SnakeEnv", "SnakeVectorEnv", "register_gymnasium", "GYMNASIUM_IDS"]
 GYMNASIUM_IDS = {
     "rl_speed/Snake-v0": ("rl_speed_envs.snake:SnakeEnv", "rl_speed_envs.snake:SnakeVectorEnv"),
     "rl_speed/CueCorridor-v0": ("rl_speed_envs.memory:CueCorridorEnv", "rl_speed_envs.memory:CueCorridorVectorEnv"),
+    "rl_speed/Durotaxis-v0": ("rl_speed_envs.durotaxis:DurotaxisEnv",
+                              "rl_speed_envs.durotaxis:DurotaxisVectorEnv"),
 }
 
 

@@ -28,7 +28,7 @@ from gymnasium.wrappers.vector import DictInfoToList
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.annotations import override
-from ray.rllib.utils.spaces.space_utils import unsquash_action
+from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space, unsquash_action
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     EPISODE_DURATION_SEC_MEAN,
@@ -123,7 +123,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         act_space = self.env.single_action_space
         columns: Columns = {
             "obs": tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
-            "actions": np.empty((steps, n, *act_space.shape), act_space.dtype),
+            "actions": tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype),
+                                          get_base_struct_from_space(act_space)),
             "rewards": np.empty((steps, n), np.float32),
             "terminateds": np.empty((steps, n), bool),
             "truncateds": np.empty((steps, n), bool),
@@ -167,7 +168,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 columns[key][t] = value
             obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
             valid = ~self._resetting
-            columns["actions"][t] = actions
+            _write(columns["actions"], t, actions)
             columns["rewards"][t] = rewards
             columns["terminateds"][t] = terminateds
             columns["truncateds"][t] = truncateds
@@ -212,20 +213,24 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 extra["vf_preds"] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
             if RLlibColumns.STATE_OUT in out:
                 self._state = out[RLlibColumns.STATE_OUT]
-        return actions.cpu().numpy(), extra
+        return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra
 
-    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """What the env receives, as RLlib's ``NormalizeAndClipActions`` connector does it: for a bounded ``Box``,
-        the module's actions (roughly in [-1, 1]) are unsquashed to the bounds if ``normalize_actions``, or clipped
-        to them if ``clip_actions``. The columns keep the module's own actions, which the log-probs refer to."""
-        space = self.env.single_action_space
-        if not isinstance(space, gym.spaces.Box) or not (space.is_bounded("both")):
-            return actions
-        if self.config.normalize_actions:
-            return np.clip(unsquash_action(actions, space), space.low, space.high).astype(space.dtype, copy=False)
-        if self.config.clip_actions:
-            return np.clip(actions, space.low, space.high).astype(space.dtype, copy=False)
-        return actions
+    def _env_actions(self, actions: Any) -> Any:
+        """What the env receives, as RLlib's ``NormalizeAndClipActions`` connector does it: for each bounded ``Box``
+        (also inside a ``Dict`` action space), the module's actions (roughly in [-1, 1]) are unsquashed to the
+        bounds if ``normalize_actions``, or clipped to them if ``clip_actions``. The columns keep the module's own
+        actions, which the log-probs refer to."""
+
+        def to_env(action: np.ndarray, space: gym.Space) -> np.ndarray:
+            if not isinstance(space, gym.spaces.Box) or not space.is_bounded("both"):
+                return action
+            if self.config.normalize_actions:
+                action = unsquash_action(action, space)
+            elif not self.config.clip_actions:
+                return action
+            return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
+
+        return tree.map_structure(to_env, actions, get_base_struct_from_space(self.env.single_action_space))
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         self._episode_return += np.where(valid, rewards, 0.0)

@@ -145,7 +145,7 @@ class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
 
         batch = {
             RLlibColumns.OBS: tree.map_structure(lambda o: rows(o[:-1]), obs),
-            RLlibColumns.ACTIONS: rows(tensor(columns["actions"])),
+            RLlibColumns.ACTIONS: tree.map_structure(lambda a: rows(tensor(a)), columns["actions"]),
             RLlibColumns.ACTION_LOGP: rows(tensor(columns["action_logp"])),
             RLlibColumns.ACTION_DIST_INPUTS: rows(tensor(columns["action_dist_inputs"])),
             RLlibColumns.VF_PREDS: rows(values[:-1]),
