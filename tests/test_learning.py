@@ -120,3 +120,45 @@ def test_grid_arena_fastppo_well_above_random_within_150_seconds(tmp_path, cli_e
     print(f"grid arena: random policy {baseline:.3f}, FastPPO after 150 s {final:.3f}")
     assert baseline < 0.15
     assert final > 2 * baseline and final > 0.2
+
+
+def durotaxis_random_return(env_config: dict, seed: int = 0) -> float:
+    """Mean episode return of uniformly random actions (spawn flags, parameters, delete ratio) on durotaxis."""
+    from rl_speed_envs.durotaxis import DurotaxisVectorEnv
+
+    env = DurotaxisVectorEnv(num_envs=128, **env_config)
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    returns, running, resetting = [], np.zeros(128), np.zeros(128, dtype=bool)
+    while len(returns) < 500:
+        _, rewards, terminated, truncated, _ = env.step(env.action_space.sample())
+        running += np.where(resetting, 0.0, rewards)
+        done = terminated | truncated
+        returns.extend(running[done])
+        running[done] = 0.0
+        resetting = done
+    return float(np.mean(returns))
+
+
+def _durotaxis_run(seconds: int, tmp_path: Path, env: dict) -> tuple[float, float]:
+    experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "durotaxis_ppo.yaml"))["durotaxis-fastppo"]
+    baseline = durotaxis_random_return(experiment["config"]["env_config"])
+    rows = train_tuned_example("durotaxis_ppo", {"time_total_s": seconds}, tmp_path, env)
+    # The mean of the last three iterations: one iteration's episodes are few and noisy.
+    final = float(np.mean([float(r["env_runners/episode_return_mean"]) for r in rows[-3:]]))
+    print(f"durotaxis: random policy {baseline:.3f}, FastPPO after {seconds} s {final:.3f}")
+    return baseline, final
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_durotaxis_fastppo_moves_the_cell_within_75_seconds(tmp_path, cli_env):
+    baseline, final = _durotaxis_run(75, tmp_path, cli_env)
+    assert baseline < 0.0
+    assert final > 3.0, f"mean return {final:.3f} after 75 s (random policy: {baseline:.3f})"
+
+
+@pytest.mark.slow
+def test_durotaxis_fastppo_reaches_the_goal_regularly_within_120_seconds(tmp_path, cli_env):
+    baseline, final = _durotaxis_run(120, tmp_path, cli_env)
+    assert final > 6.0, f"mean return {final:.3f} after 120 s (random policy: {baseline:.3f})"
