@@ -31,3 +31,16 @@ def uniform(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
     """One float64 in [0, 1) per (key, counter) pair; the caller advances its counters."""
     bits = splitmix64(keys + counters.astype(np.uint64) * _GOLDEN)
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # 53 random bits / 2**53
+
+
+def lane_keys(seed: int | None, count: int, np_random: np.random.Generator,
+              keys: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    """Stream keys of a vector env's ``count`` lanes at ``reset(seed=...)``: with a seed, lane ``i`` gets the key of a
+    scalar env reset with ``seed + i``; without one, the current keys stay (streams continue), or fresh keys come from
+    the env's ``np_random`` on the first reset. Returns ``(keys, reseeded)``; when reseeded, restart the draw
+    counters."""
+    if seed is not None:
+        return key_from_seed(seed + np.arange(count)), True
+    if keys is None:
+        return np_random.integers(0, 2**63, size=count).astype(np.uint64), False
+    return keys, False

@@ -96,11 +96,9 @@ class CueCorridorVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
-        if seed is not None:
-            self._keys = counter_rng.key_from_seed(seed + np.arange(self.num_envs))
+        self._keys, reseeded = counter_rng.lane_keys(seed, self.num_envs, self.np_random, self._keys)
+        if reseeded:
             self._draws[:] = 0
-        elif self._keys is None:
-            self._keys = self.np_random.integers(0, 2**63, size=self.num_envs).astype(np.uint64)
         self._start(np.ones(self.num_envs, bool))
         return _observe(self._cue, self._position, self.length), {}
 
