@@ -14,7 +14,7 @@ import gymnasium as gym
 
 import rl_speed_envs
 
-#: env id -> (scalar env class path, vector env class path)
+#: env id -> (scalar env class path, vector env class path or None)
 ENVIRONMENTS: dict[str, tuple[str, str]] = {
     **rl_speed_envs.GYMNASIUM_IDS,
     # The per-map form for stock RLlib is a MultiAgentEnv (ray-side); the vector form has agents as lanes.
@@ -54,6 +54,9 @@ def make_env_creator(env_id: str) -> Callable[[dict], gym.Env | gym.vector.Vecto
     def creator(env_config: dict) -> gym.Env | gym.vector.VectorEnv:
         kwargs = dict(env_config)
         if "num_envs" in kwargs:
+            if vector_path is None:
+                raise ValueError(f"{env_id} has no native vector form; set gym_env_vectorize_mode: sync (one env "
+                                 "per sub-env, stepped by gymnasium).")
             return _load(vector_path)(**kwargs)
         return _load(scalar_path)(**kwargs)
 

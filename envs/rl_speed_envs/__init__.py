@@ -8,12 +8,14 @@ from rl_speed_envs.snake import SnakeEnv, SnakeVectorEnv
 
 __all__ = ["SnakeEnv", "SnakeVectorEnv", "register_gymnasium", "GYMNASIUM_IDS"]
 
-#: gymnasium id -> (entry point, vector entry point)
+#: gymnasium id -> (entry point, vector entry point or None)
 GYMNASIUM_IDS = {
     "rl_speed/Snake-v0": ("rl_speed_envs.snake:SnakeEnv", "rl_speed_envs.snake:SnakeVectorEnv"),
     "rl_speed/CueCorridor-v0": ("rl_speed_envs.memory:CueCorridorEnv", "rl_speed_envs.memory:CueCorridorVectorEnv"),
     "rl_speed/Durotaxis-v0": ("rl_speed_envs.durotaxis:DurotaxisEnv",
                               "rl_speed_envs.durotaxis:DurotaxisVectorEnv"),
+    # Needs the [mario] extra (the NES emulator); no native vector form: RLlib's sync/async vectorization.
+    "rl_speed/SuperMarioBros-v0": ("rl_speed_envs.mario:SuperMarioBrosEnv", None),
 }
 
 

@@ -142,7 +142,7 @@ def has_vector_entry_point(env: Any) -> bool:
     from rl_speed.registry import ENVIRONMENTS
 
     if env in ENVIRONMENTS:
-        return True
+        return ENVIRONMENTS[env][1] is not None
     try:
         return gym.spec(env).vector_entry_point is not None
     except Exception:

@@ -5,7 +5,8 @@ import sys
 
 CODE = """
 import sys
-import rl_speed_envs, rl_speed_envs.snake, rl_speed_envs.counter_rng
+import rl_speed_envs, rl_speed_envs.snake, rl_speed_envs.counter_rng, rl_speed_envs.durotaxis
+import rl_speed_envs.grid_arena, rl_speed_envs.memory, rl_speed_envs.frames, rl_speed_envs.mario
 rl_speed_envs.register_gymnasium()
 env = rl_speed_envs.SnakeVectorEnv(num_envs=4, flood_fill=True)
 env.reset(seed=0)
