@@ -15,7 +15,8 @@ USAGE_ERROR = 2
 #: benchmark name -> module with a run(repeats) -> markdown function
 BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
               "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
-              "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis"}
+              "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
+              "mario-env": "rl_speed.bench.mario_env"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
