@@ -15,7 +15,7 @@ import gymnasium as gym
 import rl_speed_envs
 
 #: env id -> (scalar env class path, vector env class path or None)
-ENVIRONMENTS: dict[str, tuple[str, str]] = {
+ENVIRONMENTS: dict[str, tuple[str, str | None]] = {
     **rl_speed_envs.GYMNASIUM_IDS,
     # The per-map form for stock RLlib is a MultiAgentEnv (ray-side); the vector form has agents as lanes.
     "rl_speed/GridArena-v0": ("rl_speed.multi_agent:GridArenaMultiAgentEnv",

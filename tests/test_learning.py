@@ -17,20 +17,24 @@ from rl_speed_envs import SnakeVectorEnv
 ROOT = Path(__file__).parents[1]
 
 
-def random_policy_return(env_config: dict, episodes: int = 2000, seed: int = 0) -> float:
-    """Mean episode return of a uniformly random policy on the vectorized Snake."""
-    env = SnakeVectorEnv(num_envs=256, **env_config)
+def mean_return(env, sample_actions, episodes: int, seed: int = 0) -> float:
+    """Mean return of the first ``episodes`` episodes of a NEXT_STEP vector env driven by ``sample_actions()``."""
     env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    returns, running, resetting = [], np.zeros(256), np.zeros(256, dtype=bool)
+    returns, running, resetting = [], np.zeros(env.num_envs), np.zeros(env.num_envs, dtype=bool)
     while len(returns) < episodes:
-        _, rewards, terminated, truncated, _ = env.step(rng.integers(0, 4, 256))
+        _, rewards, terminated, truncated, _ = env.step(sample_actions())
         running += np.where(resetting, 0.0, rewards)  # NEXT_STEP autoreset: reset steps carry no reward
         done = terminated | truncated
         returns.extend(running[done])
         running[done] = 0.0
         resetting = done
     return float(np.mean(returns))
+
+
+def random_policy_return(env_config: dict, episodes: int = 2000, seed: int = 0) -> float:
+    """Mean episode return of a uniformly random policy on the vectorized Snake."""
+    rng = np.random.default_rng(seed)
+    return mean_return(SnakeVectorEnv(num_envs=256, **env_config), lambda: rng.integers(0, 4, 256), episodes, seed)
 
 
 def best_return(rows: list[dict]) -> float:
@@ -127,17 +131,8 @@ def durotaxis_random_return(env_config: dict, seed: int = 0) -> float:
     from rl_speed_envs.durotaxis import DurotaxisVectorEnv
 
     env = DurotaxisVectorEnv(num_envs=128, **env_config)
-    env.reset(seed=seed)
     env.action_space.seed(seed)
-    returns, running, resetting = [], np.zeros(128), np.zeros(128, dtype=bool)
-    while len(returns) < 500:
-        _, rewards, terminated, truncated, _ = env.step(env.action_space.sample())
-        running += np.where(resetting, 0.0, rewards)
-        done = terminated | truncated
-        returns.extend(running[done])
-        running[done] = 0.0
-        resetting = done
-    return float(np.mean(returns))
+    return mean_return(env, env.action_space.sample, 500, seed)
 
 
 def _durotaxis_run(seconds: int, tmp_path: Path, env: dict) -> tuple[float, float]:

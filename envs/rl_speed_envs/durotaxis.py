@@ -58,7 +58,7 @@ autoreset). Lane ``i`` of ``DurotaxisVectorEnv.reset(seed=s)`` is ``DurotaxisEnv
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +68,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from rl_speed_envs import counter_rng
+from rl_speed_envs.checks import check_int
 
 NUM_FEATURES = 7
 REWARD_COMPONENTS = ("progress", "connectivity", "node_count", "spawn", "delete", "termination")
@@ -100,9 +101,7 @@ class DurotaxisConfig:
     def __post_init__(self) -> None:
         ints = {"max_nodes": (2, 181), "init_nodes": (1, 181), "max_steps": (1, 10**7), "target_nodes": (0, 181)}
         for name, (low, high) in ints.items():
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
-                raise ValueError(f"Durotaxis: `{name}`={value!r} is invalid; use an integer from {low} to {high}.")
+            check_int("Durotaxis", name, getattr(self, name), low, high)
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "float" and (not isinstance(value, (int, float, np.floating)) or isinstance(value, bool)
@@ -384,8 +383,7 @@ class DurotaxisVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 1, **config: Any) -> None:
-        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
-            raise ValueError(f"Durotaxis: `num_envs`={num_envs!r} is invalid; use an integer >= 1.")
+        check_int("Durotaxis", "num_envs", num_envs, 1)
         self.cfg = cfg = DurotaxisConfig(**config)
         self.num_envs = b = int(num_envs)
         m = cfg.max_nodes
@@ -510,8 +508,3 @@ class DurotaxisVectorEnv(VectorEnv):
         if linked is None:
             linked = _linked(self.cfg, self.pos, self.alive)
         return _observe(self.cfg, self.pos, self.alive, self.age, linked)
-
-
-def config_dict(**overrides: Any) -> dict[str, Any]:
-    """The default settings with ``overrides`` applied, validated (for docs and tuned examples)."""
-    return asdict(DurotaxisConfig(**overrides))

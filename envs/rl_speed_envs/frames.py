@@ -54,9 +54,7 @@ class FrameProcessor:
 
     def reset(self, frame: np.ndarray) -> np.ndarray:
         """Starts a new episode: every slot of the stack holds ``frame`` (as gymnasium's FrameStack pads)."""
-        self._count = 0
-        processed = self._process(frame, frame)
-        self._ring[:] = processed
+        self._ring[:] = self._process(frame, frame)
         self._count = self.k
         return self.stack()
 

@@ -44,6 +44,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from rl_speed_envs import counter_rng
+from rl_speed_envs.checks import check_int
 
 EMPTY, WALL, MINE, CONVERTER = 0, 1, 2, 3
 NOOP, MOVE, ROTATE_LEFT, ROTATE_RIGHT, PICK_UP, USE, ATTACK = range(7)
@@ -79,9 +80,7 @@ class GridArenaConfig:
                 "num_converters": (0, 10**6), "view": (3, 63), "max_steps": (1, 10**7), "regen_steps": (0, 10**6),
                 "ore_capacity": (1, 255), "ore_per_heart": (1, 255), "freeze_steps": (0, 10**6)}
         for name, (low, high) in ints.items():
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
-                raise ValueError(f"GridArena: `{name}`={value!r} is invalid; use an integer from {low} to {high}.")
+            check_int("GridArena", name, getattr(self, name), low, high)
         if self.view % 2 == 0:
             raise ValueError(f"GridArena: `view`={self.view} must be odd (the agent sits at the centre).")
         if not isinstance(self.wall_density, (int, float)) or not 0 <= self.wall_density < 1:

@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rl_speed_envs.checks import check_int
 from rl_speed_envs.frames import FrameProcessor
 
 #: button combinations -> NES controller byte (right, left, down, up, start, select, B, A from the high bit down)
@@ -57,9 +58,7 @@ class SuperMarioBrosEnv(gym.Env):
         for name, value, low, high in (("world", world, 1, 8), ("stage", stage, 1, 4), ("frame_skip", frame_skip, 1, 16),
                                        ("size", size, 8, 240), ("stack", stack, 1, 16),
                                        ("max_steps", max_steps, 1, 10**7)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
-                raise ValueError(f"SuperMarioBros: `{name}`={value!r} is invalid; use an integer from {low} to "
-                                 f"{high}.")
+            check_int("SuperMarioBros", name, value, low, high)
         self._nes = _emulator_class()(target=(world, stage))
         self.frame_skip, self.max_steps = int(frame_skip), int(max_steps)
         height, width, _ = self._nes.observation_space.shape

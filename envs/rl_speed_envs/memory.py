@@ -23,12 +23,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from rl_speed_envs import counter_rng
+from rl_speed_envs.checks import check_int
 
 
 def _check_length(length: Any) -> int:
-    if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or not 1 <= length <= 10_000:
-        raise ValueError(f"CueCorridor: `length`={length!r} is invalid; use an integer from 1 to 10000.")
-    return int(length)
+    return check_int("CueCorridor", "length", length, 1, 10_000)
 
 
 _SPACE = spaces.Box(0.0, 1.0, (4,), np.float32)

@@ -3,7 +3,7 @@ against stock PPO end to end, each from the tuned examples as shipped.
 
 1. Env: random actions (delete ratio in [0, 0.2], so episodes run their course), one ``DurotaxisEnv`` stepped in a
    Python loop against ``DurotaxisVectorEnv`` at several widths.
-2. Learner: FastPPO's learner (``tuned_examples/durotaxis_ppo.yaml``: GraphActorCritic, minibatch 2,048) on one
+2. Learner: FastPPO's learner (``tuned_examples/durotaxis_ppo.yaml``: GraphActorCritic, its minibatch) on one
    sampled 8,192-step batch: values + GAE, then one epoch of minibatch updates (PPO loss, backward, Adam), on
    ``device``.
 3. End to end: ``durotaxis_ppo.yaml`` (FastPPO, batched env, 128 graphs) against ``durotaxis_stock_ppo.yaml`` (stock
@@ -14,6 +14,7 @@ against stock PPO end to end, each from the tuned examples as shipped.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from pathlib import Path
@@ -42,7 +43,7 @@ def env_rates(repeats: int) -> list[str]:
     single.action_space.seed(0)
     pool = [_random_actions(single.action_space, 1, rng) for _ in range(64)]
     pool = [{**a, "delete_ratio": a["delete_ratio"][0]} for a in pool]
-    counter = iter(range(10**12))
+    counter = itertools.count()
 
     def scalar_step() -> int:
         _, _, terminated, truncated, _ = single.step(pool[next(counter) % 64])

@@ -14,6 +14,7 @@ the progress line and dashboards work unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -90,6 +91,12 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._state: Any = None
         self._is_first = np.ones(n, dtype=bool)
 
+    @functools.cached_property
+    def _action_struct(self) -> Any:
+        """The action space as a structure of leaf spaces (one Box, or a dict of them), derived once rather than on
+        every step; on first use, because a local runner beside remote ones may have no env at construction."""
+        return get_base_struct_from_space(self.env.single_action_space)
+
     @override(SingleAgentEnvRunner)
     def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
                explore: bool | None = None, random_actions: bool = False, force_reset: bool = False,
@@ -120,11 +127,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
     def _sample_steps(self, steps: int, explore: bool, random_actions: bool) -> Columns:
         n = self.num_envs
-        act_space = self.env.single_action_space
         columns: Columns = {
             "obs": tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
-            "actions": tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype),
-                                          get_base_struct_from_space(act_space)),
+            "actions": tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype), self._action_struct),
             "rewards": np.empty((steps, n), np.float32),
             "terminateds": np.empty((steps, n), bool),
             "truncateds": np.empty((steps, n), bool),
@@ -230,7 +235,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 return action
             return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
 
-        return tree.map_structure(to_env, actions, get_base_struct_from_space(self.env.single_action_space))
+        return tree.map_structure(to_env, actions, self._action_struct)
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         self._episode_return += np.where(valid, rewards, 0.0)

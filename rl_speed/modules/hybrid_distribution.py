@@ -93,13 +93,13 @@ class HybridGraphDistribution(Distribution):
         if sample_shape:
             raise NotImplementedError("HybridGraphDistribution samples one action per input row.")
         if self.deterministic:
-            spawn = (self.logits > 0).to(torch.int8)
+            spawn = self.logits > 0
             params, ratio = self.mu, self.mu_delete
         else:
-            spawn = torch.bernoulli(torch.sigmoid(self.logits.detach())).to(torch.int8)
+            spawn = torch.bernoulli(torch.sigmoid(self.logits.detach())).bool()
             params = self.mu + torch.exp(self.log_std) * torch.randn_like(self.mu)
             ratio = self.mu_delete + torch.exp(self.log_std_delete) * torch.randn_like(self.mu_delete)
-        spawn = spawn * (self.mask > 0)  # no spawn request from an empty slot
+        spawn &= self.mask > 0  # no spawn request from an empty slot
         return {"spawn": spawn.to(torch.int8), "spawn_params": params, "delete_ratio": ratio}
 
     def logp(self, value: dict[str, torch.Tensor], **kwargs: Any) -> torch.Tensor:
