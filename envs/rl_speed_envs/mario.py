@@ -34,6 +34,11 @@ SIMPLE_MOVEMENT = ((), ("right",), ("right", "A"), ("right", "B"), ("right", "A"
 _ACTION_BYTES = tuple(sum(_BUTTONS[b] for b in combo) for combo in SIMPLE_MOVEMENT)
 
 
+def episode_over(terminated: bool, info: dict) -> bool:
+    """The emulator's own end, the flag, or Mario dying (from the first frame of the dying animation)."""
+    return bool(terminated or info.get("flag_get") or info.get("is_dying") or info.get("is_dead"))
+
+
 def install_hint() -> str:
     return ("Super Mario Bros needs the NES emulator: python -m pip install --ignore-requires-python "
             f"nes-py==9.0.1 gym-super-mario-bros==9.1.0 numpy=={np.__version__} gymnasium=={gym.__version__}")
@@ -83,7 +88,7 @@ class SuperMarioBrosEnv(gym.Env):
         for repeat in range(self.frame_skip):
             frame, reward, terminated, truncated, info = self._nes.step(byte)
             total += float(reward)
-            terminated = bool(terminated or info.get("flag_get") or info.get("is_dying") or info.get("is_dead"))
+            terminated = episode_over(terminated, info)
             if terminated or truncated:
                 break
             if repeat == self.frame_skip - 2:

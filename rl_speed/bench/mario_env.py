@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from rl_speed.bench.common import machine, median_rate
+from rl_speed_envs.mario import episode_over
 
 RIGHT_B = 0b10000010
 SECONDS = 2.0
@@ -25,7 +26,7 @@ SECONDS = 2.0
 def _emulator_step(nes) -> int:
     for _ in range(4):
         _, _, terminated, truncated, info = nes.step(RIGHT_B)
-        if terminated or truncated or info.get("is_dying") or info.get("is_dead"):
+        if episode_over(terminated, info) or truncated:
             nes.reset()
             break
     return 1
@@ -45,7 +46,7 @@ class _NaiveChain:
         for _ in range(4):
             frame, _, terminated, truncated, info = self.nes.step(RIGHT_B)
             frames.append(frame.copy())
-            if terminated or truncated or info.get("is_dying") or info.get("is_dead"):
+            if episode_over(terminated, info) or truncated:
                 self.nes.reset()
                 break
         maxed = np.max(np.stack(frames[-2:]), axis=0)
