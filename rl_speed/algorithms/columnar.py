@@ -19,6 +19,7 @@ from ray.rllib.utils.metrics import SYNCH_WORKER_WEIGHTS_TIMER, TIMERS
 
 from rl_speed.columns import Columns
 from rl_speed.env_runners import BatchedEnvRunner
+from rl_speed.learners.train_step import check_train_step_keys
 
 
 def _sample_runner(runner: Any) -> tuple[int, Columns, dict]:
@@ -105,6 +106,8 @@ class ColumnarConfigMixin:
     * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
     * ``async_sampling``: remote runners sample the next batch while the learner updates (see
       :class:`ColumnSampler`; default False).
+    * ``mixed_precision`` ("off" | "bf16" | "fp16") and ``grad_accumulation_steps`` (default 1): the learner's
+      update step (see :mod:`rl_speed.learners.train_step`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -112,10 +115,17 @@ class ColumnarConfigMixin:
         self.env_runner_cls = BatchedEnvRunner
         self.sync_weights_every: int = 1
         self.async_sampling: bool = False
+        self.mixed_precision: str = "off"
+        self.grad_accumulation_steps: int = 1
 
     def training(self, *, sync_weights_every: int = NotProvided, async_sampling: bool = NotProvided,
+                 mixed_precision: str = NotProvided, grad_accumulation_steps: int = NotProvided,
                  **kwargs: Any) -> Any:
         super().training(**kwargs)
+        if mixed_precision is not NotProvided:
+            self.mixed_precision = mixed_precision
+        if grad_accumulation_steps is not NotProvided:
+            self.grad_accumulation_steps = grad_accumulation_steps
         if sync_weights_every is not NotProvided:
             self.sync_weights_every = sync_weights_every
         if async_sampling is not NotProvided:
@@ -129,6 +139,7 @@ class ColumnarConfigMixin:
             self._value_error(f"{name}: `async_sampling`={self.async_sampling!r} must be true or false.")
         if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
             self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
+        check_train_step_keys(self, name)
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":
             self._value_error(f"{name}: `batch_mode` must be 'truncate_episodes' (columns have a fixed length).")
         if self.num_envs_per_env_runner < 1:

@@ -117,6 +117,11 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
         if not isinstance(capacity, int) or capacity < batch:
             self._value_error(f"FastDQN: `replay_buffer_config.capacity`={capacity!r} must be an integer >= the train "
                               f"batch size ({batch}); raise the capacity or lower `train_batch_size_per_learner`.")
+        if isinstance(self.grad_accumulation_steps, int) and batch % self.grad_accumulation_steps:
+            # RLlib's metrics stack the per-micro-batch TD errors (the replay priorities): parts must be equal.
+            self._value_error(f"FastDQN: the train batch of {batch} does not split into {self.grad_accumulation_steps} "
+                              "equal micro-batches; make `train_batch_size_per_learner` a multiple of "
+                              "`grad_accumulation_steps`.")
         if rb.get("alpha", 0.6) < 0:
             self._value_error(f"FastDQN: `replay_buffer_config.alpha`={rb['alpha']!r} must be >= 0.")
         if not 0 <= rb.get("beta", 0.4) <= 1:

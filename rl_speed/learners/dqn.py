@@ -27,10 +27,10 @@ from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils.metrics import TD_ERROR_KEY
 
-from rl_speed.learners.fast_update import FastUpdateMixin
+from rl_speed.learners.train_step import TrainStepMixin
 
 
-class FastDQNTorchLearner(FastUpdateMixin, DQNTorchLearner):
+class FastDQNTorchLearner(TrainStepMixin, DQNTorchLearner):
     """RLlib's DQNTorchLearner (loss, target updates) with one fused clip + finiteness check per update."""
 
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:

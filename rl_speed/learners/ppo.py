@@ -28,7 +28,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from rl_speed.connectors.gae import standardize, vectorized_gae
 from rl_speed.connectors.gae_connector import VectorizedGAE
-from rl_speed.learners.fast_update import FastUpdateMixin
+from rl_speed.learners.train_step import TrainStepMixin
 from rl_speed.modules.recurrent import IS_FIRST
 
 #: Learner result key (under ``__all_modules__``): seconds spent on values + GAE in the last update call.
@@ -49,7 +49,7 @@ def is_column_batch(batch: Any) -> bool:
     return isinstance(batch, dict) and "valid" in batch and "rewards" in batch
 
 
-class FastPPOTorchLearner(FastUpdateMixin, PPOTorchLearner):
+class FastPPOTorchLearner(TrainStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
     def update(self, *args: Any, training_data: Any = None, timesteps: dict | None = None, num_epochs: int = 1,

@@ -3,16 +3,23 @@
 * Observations are cast on the module's device, never in the env or the buffer: small-integer grids (a ``Box`` of
   integers with ``high < 32``, e.g. Snake's codes) are one-hot encoded into planes, uint8 images with ``high=255``
   are scaled to [0, 1], float vectors pass through.
-* Encoder: an MLP (``encoder: mlp``, default for vectors) or a small CNN (``encoder: cnn``, default for 2-D/3-D
-  grids and images) with in-place ReLUs; optional dueling head.
+* Encoder: an MLP (``encoder: mlp``, default for vectors), a small CNN (``encoder: cnn``, default for 2-D/3-D
+  grids and images), or the Nature-DQN CNN for 84 x 84 frame stacks (``encoder: nature``: 8x8/4, 4x4/2, 3x3/1 convs
+  with 32/64/64 channels, then 512 units) with BatchNorm after each conv (``batch_norm``, default true for it), no
+  conv bias under BatchNorm, He (Kaiming) init for every ReLU layer; in-place ReLUs; optional dueling head.
+* BatchNorm: env runners act in eval mode (the running statistics the learner last synced; acting never changes
+  them), the learner trains in train mode (batch statistics, running statistics updated). The target network runs
+  in train mode inside ``forward_train`` too, so online and target Q-values are normalized the same way; the target
+  sync copies parameters only, and the target's own running statistics are never used.
 * Epsilon-greedy is one vectorized ``torch.where`` over the batch, under the schedule DQN configures
   (``config.epsilon``); action selection never records autograd (the runner calls it under ``inference_mode``).
 * Implements ``QNetAPI``, ``TargetNetworkAPI`` and ``InferenceOnlyAPI`` with the outputs RLlib's DQN loss reads
   (``qf_preds``, ``qf_next_preds`` for double Q, ``qf_target_next_preds``), so RLlib's DQN learner trains it.
 
-model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]), ``fcnet_activation`` ("relu" | "tanh", default
+model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]; [512] for ``nature``), ``fcnet_activation`` ("relu" | "tanh", default
 "relu") and ``head_fcnet_hiddens`` (extra layers before the Q head, default []), so a stock DQN config builds the same
-network; plus ``encoder`` ("mlp" | "cnn") and ``conv_channels`` (default [32, 64]); ``dueling`` / ``double_q`` /
+network; plus ``encoder`` ("mlp" | "cnn" | "nature"), ``conv_channels`` (default [32, 64]; cnn only) and
+``batch_norm`` (nature only, default true); ``dueling`` / ``double_q`` /
 ``epsilon`` come from DQN's config.
 """
 
@@ -87,25 +94,56 @@ def _cnn(in_shape: tuple[int, ...], channels: list[int], hiddens: list[int],
     return nn.Sequential(*layers, *head), out_dim
 
 
+def _nature_cnn(in_shape: tuple[int, ...], hiddens: list[int], batch_norm: bool) -> tuple[nn.Sequential, int]:
+    """Mnih et al. (2015)'s encoder; with BatchNorm the conv bias is redundant (BN's shift replaces it)."""
+    layers: list[nn.Module] = []
+    c, h, w = in_shape
+    for out, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+        layers.append(nn.Conv2d(c, out, kernel_size=kernel, stride=stride, bias=not batch_norm))
+        if batch_norm:
+            layers.append(nn.BatchNorm2d(out))
+        layers.append(nn.ReLU(inplace=True))
+        c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
+    if h < 1 or w < 1:
+        raise ValueError(f"QNetModule: encoder 'nature' needs images of at least 36 x 36, got {in_shape[1:]}; "
+                         "use encoder 'cnn' for small grids.")
+    layers.append(nn.Flatten())
+    head, out_dim = _mlp(c * h * w, hiddens, "relu")
+    encoder = nn.Sequential(*layers, *head)
+    for m in encoder.modules():  # He init: keeps activation variance through ReLU layers
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out" if isinstance(m, nn.Conv2d) else "fan_in",
+                                    nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    return encoder, out_dim
+
+
 class QTorso(nn.Module):
     """Preprocess -> encoder -> Q head (optionally dueling). One instance is the online net, a copy the target."""
 
     def __init__(self, space: gym.spaces.Box, num_actions: int, cfg: dict) -> None:
         super().__init__()
         self.pre = ObsPreprocessor(space)
-        hiddens = list(cfg.get("fcnet_hiddens", [256, 256])) + list(cfg.get("head_fcnet_hiddens") or [])
+        kind = cfg.get("encoder") or ("cnn" if len(self.pre.out_shape) == 3 else "mlp")
+        default_hiddens = [512] if kind == "nature" else [256, 256]
+        hiddens = list(cfg.get("fcnet_hiddens", default_hiddens)) + list(cfg.get("head_fcnet_hiddens") or [])
         activation = cfg.get("fcnet_activation", "relu")
         if activation not in _ACTIVATIONS:
             raise ValueError(f"QNetModule: model_config `fcnet_activation`={activation!r} is invalid; "
                              f"use one of {', '.join(_ACTIVATIONS)}.")
-        kind = cfg.get("encoder") or ("cnn" if len(self.pre.out_shape) == 3 else "mlp")
-        if kind == "cnn" and len(self.pre.out_shape) == 3:
+        if kind == "nature" and len(self.pre.out_shape) != 3:
+            raise ValueError(f"QNetModule: encoder 'nature' needs image observations [H, W, C], got "
+                             f"{self.pre.shape}; use 'mlp'.")
+        if kind == "nature":
+            self.encoder, dim = _nature_cnn(self.pre.out_shape, hiddens, bool(cfg.get("batch_norm", True)))
+        elif kind == "cnn" and len(self.pre.out_shape) == 3:
             self.encoder, dim = _cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens,
                                      activation)
         elif kind in ("mlp", "cnn"):
             self.encoder, dim = _mlp(int(np.prod(self.pre.out_shape)), hiddens, activation)
         else:
-            raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use 'mlp' or 'cnn'.")
+            raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use 'mlp', 'cnn' or 'nature'.")
         self.flatten_input = kind == "mlp"
         self.advantage = nn.Linear(dim, num_actions)
         self.value = nn.Linear(dim, 1) if cfg.get("dueling") else None
