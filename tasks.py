@@ -4,6 +4,8 @@
     python3 tasks.py demo    # venv + install, then a short real Snake training run with a throughput readout
     python3 tasks.py test    # venv + install, then the test suite (learning runs marked `slow` are skipped)
     python3 tasks.py slow    # the slow learning runs
+    python3 tasks.py mario-setup   # add the NES emulator (the [mario] extra; needs g++), for this Python version
+    python3 tasks.py mario   # mario-setup, then train tuned_examples/mario_dqn.yaml (extra args go to rl-speed train)
 
 The venv lives in .venv/. torch 2.13.0 (CPU) is installed before the package, so pip never pulls a CUDA build.
 """
@@ -41,14 +43,33 @@ def setup() -> None:
     STAMP.write_text(wanted)
 
 
+def setup_mario() -> None:
+    """The [mario] extra: plain pip on Python >= 3.13; below, pip skips it by metadata (the packages declare 3.13),
+    so the two packages are installed with --ignore-requires-python, numpy and gymnasium pinned to what is installed
+    (otherwise pip tries to build a newer numpy from source)."""
+    if subprocess.run([str(PY), "-c", "import gym_super_mario_bros"], cwd=ROOT, capture_output=True).returncode == 0:
+        return
+    if sys.version_info >= (3, 13):
+        sh(PY, "-m", "pip", "install", "-q", "-e", ".[test,mario]")
+        return
+    pins = subprocess.run([str(PY), "-c", "import numpy, gymnasium; print(numpy.__version__, gymnasium.__version__)"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    sh(PY, "-m", "pip", "install", "-q", "--ignore-requires-python", "nes-py==9.0.1", "gym-super-mario-bros==9.1.0",
+       f"numpy=={pins[0]}", f"gymnasium=={pins[1]}")
+
+
 def main() -> int:
     task = sys.argv[1] if len(sys.argv) > 1 else "help"
     extra = sys.argv[2:]
-    if task not in ("demo", "test", "slow", "setup"):
+    if task not in ("demo", "test", "slow", "setup", "mario-setup", "mario"):
         print(__doc__)
         return 2
     setup()
     try:
+        if task in ("mario-setup", "mario"):
+            setup_mario()
+        if task == "mario":
+            sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/mario_dqn.yaml", "--storage-path", "results", *extra)
         if task == "demo":
             sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/snake_fastppo.yaml", "--stop", '{"time_total_s": 60}',
                "--storage-path", "results", *extra)

@@ -74,6 +74,14 @@ def check_env_config(env_id: str, env_config: dict) -> None:
     scalar(**env_config).close()  # the env's own validation names bad values
 
 
+def check_env_installed(env: Any) -> None:
+    """Raises the env's own ``ImportError`` (with its install command) if an rl_speed env's optional extra is missing."""
+    if isinstance(env, str) and env in ENVIRONMENTS:
+        check = getattr(_load(ENVIRONMENTS[env][0]), "check_installed", None)
+        if check is not None:
+            check()
+
+
 def register() -> None:
     """Registers environments (Tune + gymnasium) and algorithms (Tune). Safe to call any number of times."""
     global _registered

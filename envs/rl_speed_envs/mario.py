@@ -40,8 +40,19 @@ def episode_over(terminated: bool, info: dict) -> bool:
 
 
 def install_hint() -> str:
-    return ("Super Mario Bros needs the NES emulator: python -m pip install --ignore-requires-python "
-            f"nes-py==9.0.1 gym-super-mario-bros==9.1.0 numpy=={np.__version__} gymnasium=={gym.__version__}")
+    """The one command that installs the emulator into this Python (see the module docstring for why it differs)."""
+    import sys
+
+    if sys.version_info >= (3, 13):
+        return "Super Mario Bros needs the NES emulator (the [mario] extra): python -m pip install 'rl_speed[mario]'"
+    return ("Super Mario Bros needs the NES emulator (the [mario] extra, which pip skips below Python 3.13): "
+            "python -m pip install --ignore-requires-python nes-py==9.0.1 gym-super-mario-bros==9.1.0 "
+            f"numpy=={np.__version__} gymnasium=={gym.__version__}")
+
+
+def check_installed() -> None:
+    """Raises ``ImportError`` with :func:`install_hint` if the emulator is missing (used at configuration time)."""
+    _emulator_class()
 
 
 def _emulator_class() -> type:
@@ -57,6 +68,7 @@ class SuperMarioBrosEnv(gym.Env):
 
     metadata = {"render_modes": []}
     config_keys = ("world", "stage", "frame_skip", "size", "stack", "max_steps")
+    check_installed = staticmethod(check_installed)
 
     def __init__(self, world: int = 1, stage: int = 1, frame_skip: int = 4, size: int = 84, stack: int = 4,
                  max_steps: int = 4500) -> None:

@@ -8,7 +8,7 @@ splits along N into one shard per learner without cutting any trajectory.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -22,26 +22,45 @@ from rl_speed.env_runners import BatchedEnvRunner
 from rl_speed.learners.train_step import check_train_step_keys
 
 
-def _sample_runner(runner: Any) -> tuple[int, Columns, dict]:
-    """What one env runner hands over per iteration: ``(worker_index, columns, metrics)``."""
-    return runner.worker_index, runner.sample(), runner.get_metrics()
+class RunnerBatch(NamedTuple):
+    """What one env runner hands over per call: whole ``[T, N]`` column arrays, never per-step messages."""
+
+    worker_index: int
+    columns: Columns
+    metrics: dict
+    weights_seq_no: int  # the weights the runner sampled with (RLlib's counter, raised by every sync)
 
 
-def sample_columns(algo: Any) -> list[tuple[int, Columns, dict]]:
-    """``(worker_index, columns, metrics)`` from every env runner of ``algo``; remote ones sample in parallel."""
+def _sample_runner(runner: Any) -> RunnerBatch:
+    return RunnerBatch(runner.worker_index, runner.sample(), runner.get_metrics(), runner._weights_seq_no)
+
+
+def sample_columns(algo: Any) -> list[RunnerBatch]:
+    """A :class:`RunnerBatch` from every env runner of ``algo``; remote ones sample in parallel."""
     if algo.env_runner_group.num_remote_env_runners() == 0:
         return [_sample_runner(algo.env_runner)]
     return algo.env_runner_group.foreach_env_runner(_sample_runner, local_env_runner=False,
                                                     timeout_seconds=algo.config.sample_timeout_s)
 
 
-class ColumnSampler:
-    """Gathers ``(worker_index, columns, metrics)`` from the env runners each iteration.
+#: ColumnSampler's counters in the result dict, under ``SAMPLER_KEY`` (the seeds' collector monitoring).
+SAMPLER_KEY = "sampler"
 
-    With ``config.async_sampling`` (and remote runners) every runner starts its next batch as soon as it hands one
-    over, so sampling overlaps the learner's update instead of waiting for it. The price: each batch was sampled with
-    the weights from one sync earlier (the pushed weights queue behind the in-flight sample on each runner). PPO's
-    importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so they stay correct.
+
+class ColumnSampler:
+    """Gathers :class:`RunnerBatch` es from the env runners each iteration, and counts what happened to them.
+
+    Each runner samples into its own arrays and returns them whole; nothing is shared between runners, so there is no
+    lock to contend for and no per-transition message. With ``config.async_sampling`` (and remote runners) every
+    runner starts its next batch as soon as it hands one over, so sampling overlaps the learner's update instead of
+    waiting for it. The price: each batch was sampled with the weights from one sync earlier (the pushed weights
+    queue behind the in-flight sample on each runner). PPO's importance ratio and KL term use the behaviour policy's
+    recorded log-probs and logits, so they stay correct.
+
+    Result keys (``sampler/...``): ``batches_received_lifetime``; ``batches_dropped_lifetime`` (asked for but not
+    back by ``sample_timeout_s``: a failed, restarting or slow runner); ``batches_stale_lifetime`` (sampled with
+    weights older than the newest pushed to the runners); ``weights_lag_max`` (by how many learner update calls,
+    this iteration); ``requests_in_flight`` (the queue: samples running on the runners after this call).
     """
 
     TAG = "rl_speed_columns"
@@ -50,11 +69,14 @@ class ColumnSampler:
         self.algo = algo
         self._in_flight = 0
 
-    def sample(self) -> list[tuple[int, Columns, dict]]:
+    def sample(self) -> list[RunnerBatch]:
         algo = self.algo
         group = algo.env_runner_group
-        if not algo.config.async_sampling or group.num_remote_env_runners() == 0:
-            return sample_columns(algo)
+        remote = group.num_remote_env_runners()
+        if not algo.config.async_sampling or remote == 0:
+            results = sample_columns(algo)
+            self._record(results, asked=max(1, remote))
+            return results
         if not self._in_flight:
             self._launch()
         results: list = []
@@ -62,12 +84,24 @@ class ColumnSampler:
         while len(results) < self._in_flight and time.monotonic() < deadline:
             ready = group.fetch_ready_async_reqs(tags=self.TAG, timeout_seconds=1.0)
             results += [result for _, result in ready]
-        self._in_flight = 0  # a runner that failed or timed out is dropped from this iteration
+        asked, self._in_flight = self._in_flight, 0  # a runner that failed or timed out is dropped this iteration
         self._launch()  # the next batch starts now, while the learner updates on this one
+        self._record(results, asked)
         return results
 
     def _launch(self) -> None:
         self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(_sample_runner, tag=self.TAG)
+
+    def _record(self, results: list[RunnerBatch], asked: int) -> None:
+        local = self.algo.env_runner  # every sync reaches the local runner too: its version is the newest pushed
+        newest = local._weights_seq_no if local is not None else max((r.weights_seq_no for r in results), default=0)
+        lags = [max(0, newest - r.weights_seq_no) for r in results]
+        log = self.algo.metrics.log_value
+        log((SAMPLER_KEY, "batches_received_lifetime"), len(results), reduce="lifetime_sum")
+        log((SAMPLER_KEY, "batches_dropped_lifetime"), max(0, asked - len(results)), reduce="lifetime_sum")
+        log((SAMPLER_KEY, "batches_stale_lifetime"), sum(lag > 0 for lag in lags), reduce="lifetime_sum")
+        log((SAMPLER_KEY, "weights_lag_max"), max(lags, default=0), window=1)
+        log((SAMPLER_KEY, "requests_in_flight"), self._in_flight, window=1)
 
 
 def concat_lanes(batches: list[Columns]) -> Columns:
@@ -133,6 +167,9 @@ class ColumnarConfigMixin:
         return self
 
     def validate_columnar(self, name: str) -> None:
+        from rl_speed.registry import check_env_installed
+
+        check_env_installed(self.env)  # a missing optional extra (e.g. [mario]) fails here, with its install command
         if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env):
             self.gym_env_vectorize_mode = "vector_entry_point"  # the native vector env where the env has one
         if not isinstance(self.async_sampling, bool):

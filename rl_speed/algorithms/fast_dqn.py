@@ -57,6 +57,20 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
                  "BatchedReplayBuffer")
 
 
+#: FastDQN's own monitoring fields in the result dict: ``epsilon`` (the exploration rate at the current step) and
+#: ``replay_ratio`` (samples trained per env step sampled, this iteration). Loss and TD error are RLlib's learner
+#: keys (``learners/<module>/qf_loss``, ``td_error_mean``); buffer size and counts are under ``replay_buffer``.
+MONITOR_KEY = "monitor"
+
+
+def epsilon_at(schedule: Any, t: int) -> float:
+    """DQN's ``epsilon`` (a number or ``[[t, value], ...]``, linear between points, flat outside) at step ``t``."""
+    if isinstance(schedule, (int, float)):
+        return float(schedule)
+    ts, values = zip(*schedule)
+    return float(np.interp(t, ts, values))
+
+
 class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
     """DQNConfig plus ``train_every_env_steps`` and the columnar keys (``sync_weights_every``, ``async_sampling``: see
     :class:`ColumnarConfigMixin`); every DQN key keeps its meaning. Defaults that differ: the env runner
@@ -204,10 +218,10 @@ class FastDQN(DQN):
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             samples = self._sampler.sample()
         sample_seconds = time.perf_counter() - iteration_start
-        self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
+        self.metrics.aggregate([s.metrics for s in samples], key=ENV_RUNNER_RESULTS)
         sampled = 0
         with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
-            for worker_index, columns, _ in samples:
+            for worker_index, columns, *_ in samples:
                 lane = max(0, worker_index - 1) * self._lanes_per_runner
                 self._buffer.add_batch({"obs": columns["obs"][:-1], "next_obs": next_obs(columns),
                                         **{k: columns[k] for k in ("actions", "rewards", "terminateds",
@@ -225,6 +239,9 @@ class FastDQN(DQN):
             self._learn(num_updates, batch_size, lifetime)
         learn_seconds = time.perf_counter() - learn_start
         self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
+        self.metrics.log_dict({"epsilon": epsilon_at(cfg.epsilon, lifetime),
+                               "replay_ratio": (num_updates * batch_size if learning else 0) / max(1, sampled)},
+                              key=MONITOR_KEY, window=1)
 
         sync_weights_if_due(self)
         seconds = time.perf_counter() - iteration_start

@@ -135,8 +135,8 @@ class FastPPO(PPO):
         profile["sample_s"] = time.perf_counter() - start
         if not samples:  # every runner failed this iteration; with restart_failed_env_runners RLlib restarts them
             return
-        self.metrics.aggregate([metrics for _, _, metrics in samples], key=ENV_RUNNER_RESULTS)
-        columns = concat_lanes([c for _, c, _ in sorted(samples, key=lambda s: s[0])])
+        self.metrics.aggregate([s.metrics for s in samples], key=ENV_RUNNER_RESULTS)
+        columns = concat_lanes([s.columns for s in sorted(samples, key=lambda s: s.worker_index)])
 
         start = time.perf_counter()
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)

@@ -151,6 +151,11 @@ def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_o
                                   f"use an rl_speed env ({', '.join(known)}), a gymnasium id such as CartPole-v1, "
                                   "a name registered with ray.tune.register_env, or 'module:EnvId'.")
     config["env"] = env
+    try:
+        registry.check_env_installed(env)
+    except ImportError as e:
+        raise ExperimentFileError(source, f"{name}.env", f"{env} cannot start: {e}", "run the command above.") \
+            from None
     algo_config = _algorithm_config(source, name, algo_class, config)
     if env in registry.ENVIRONMENTS:
         try:

@@ -16,6 +16,9 @@ def progress_fields(result: dict) -> dict[str, float]:
     runners = result.get("env_runners", {})
     steps_this_iter = runners.get("num_env_steps_sampled", float("nan"))
     seconds = result.get("time_this_iter_s") or float("nan")
+    nan = float("nan")
+    learner = next(iter(v for k, v in result.get("learners", {}).items() if k != "__all_modules__"), {})
+    sampler = result.get("sampler", {})
     return {
         "iteration": result.get("training_iteration", 0),
         "env_steps": runners.get("num_env_steps_sampled_lifetime", float("nan")),
@@ -25,15 +28,33 @@ def progress_fields(result: dict) -> dict[str, float]:
         # FastPPO's per-iteration profile (absent for other algorithms): shares of the iteration's time.
         **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", float("nan"))
            for k in ("sample", "advantages", "learn", "sync_weights")},
+        # Collector and replay monitoring (FastDQN; the sampler keys also FastPPO): NaN where absent.
+        "replay_size": result.get("replay_buffer", {}).get("size", nan),
+        "loss": learner.get("qf_loss", learner.get("total_loss", nan)),
+        "td_error": learner.get("td_error_mean", nan),
+        "epsilon": result.get("monitor", {}).get("epsilon", nan),
+        "replay_ratio": result.get("monitor", {}).get("replay_ratio", nan),
+        **{k: sampler.get(f"batches_{k}_lifetime", nan) for k in ("dropped", "stale")},
+        "in_flight": sampler.get("requests_in_flight", nan),
     }
+
+
+def _known(f: dict[str, float], key: str) -> bool:
+    value = f.get(key, float("nan"))
+    return value == value  # NaN (absent) is not equal to itself
 
 
 def format_progress(name: str, f: dict[str, float]) -> str:
     line = (f"{name} | iter {f['iteration']:,} | env steps {f['env_steps']:,.0f} | "
             f"{f['env_steps_per_s']:,.0f} env steps/s | return {f['return_mean']:.3f} | {f['time_total_s']:.0f} s")
-    if f.get("sample_share") == f.get("sample_share"):  # not NaN: the algorithm reports where its time went
+    if _known(f, "sample_share"):  # the algorithm reports where its time went
         line += (f" | time: sample {f['sample_share']:.0%}, gae {f['advantages_share']:.0%}, "
                  f"learn {f['learn_share']:.0%}, sync {f['sync_weights_share']:.0%}")
+    if _known(f, "replay_size"):
+        line += (f" | replay {f['replay_size']:,.0f} | loss {f['loss']:.3g} | td {f['td_error']:.3g} | "
+                 f"eps {f['epsilon']:.2f} | ratio {f['replay_ratio']:.1f}")
+    if _known(f, "dropped"):
+        line += f" | batches dropped {f['dropped']:,.0f}, stale {f['stale']:,.0f}, in flight {f['in_flight']:.0f}"
     return line
 
 

@@ -198,5 +198,39 @@ def test_async_sampling_fills_the_buffer_from_remote_runners(ray_session):
             result = algo.train()
         assert result["replay_buffer"]["size"] >= 3 * 8 * 32 * 0.8
         assert algo._sampler._in_flight == 1
+        sampler = result["sampler"]
+        # (DQN's min_sample_timesteps_per_iteration runs several training steps per train() call)
+        assert sampler["batches_received_lifetime"] >= 4 and sampler["batches_dropped_lifetime"] == 0
+        assert sampler["requests_in_flight"] == 1
+        # Each batch after the first was sampled while the learner moved on: one update call behind the sync.
+        assert sampler["batches_stale_lifetime"] >= 2 and sampler["weights_lag_max"] >= 1
+        assert 0.05 <= result["monitor"]["epsilon"] <= 1.0
+        assert result["monitor"]["replay_ratio"] == pytest.approx(4.0, rel=0.35)  # training_intensity 4
     finally:
         algo.stop()
+
+
+def test_synchronous_sampling_is_never_stale_and_a_lost_runner_counts_as_dropped(ray_session):
+    # One training step per train() call, so an iteration whose batch is dropped ends instead of sampling on.
+    algo = _config().env_runners(num_env_runners=1).reporting(min_sample_timesteps_per_iteration=0).build_algo()
+    try:
+        for _ in range(3):
+            result = algo.train()
+        sampler = result["sampler"]
+        assert sampler["batches_received_lifetime"] >= 3
+        assert (sampler["batches_dropped_lifetime"], sampler["batches_stale_lifetime"], sampler["weights_lag_max"]) \
+            == (0, 0, 0)
+        algo.config._is_frozen = False
+        algo.config.sample_timeout_s = 0.01  # the runner cannot answer in time: its batch is dropped, not waited for
+        result = algo.train()
+        assert result["sampler"]["batches_dropped_lifetime"] >= 1
+    finally:
+        algo.stop()
+
+
+def test_epsilon_at_follows_dqns_piecewise_schedule():
+    from rl_speed.algorithms.fast_dqn import epsilon_at
+
+    assert epsilon_at(0.1, 10**6) == 0.1
+    assert epsilon_at([[0, 1.0], [100, 0.0]], 25) == pytest.approx(0.75)
+    assert epsilon_at([[0, 1.0], [100, 0.05]], 10**6) == pytest.approx(0.05)

@@ -53,3 +53,18 @@ def test_progress_line_shows_where_fastppo_time_goes():
     assert "500 env steps/s" in line and "time: sample 50%, gae 10%, learn 38%, sync 2%" in line
     del result["rl_speed_profile"]
     assert "time:" not in format_progress("x", progress_fields(result))  # stock algorithms: no profile
+
+
+def test_progress_line_shows_collector_and_replay_monitoring():
+    from rl_speed.cli.train import format_progress, progress_fields
+
+    result = {"training_iteration": 3, "time_this_iter_s": 2.0, "time_total_s": 6.0,
+              "env_runners": {"num_env_steps_sampled": 1000, "num_env_steps_sampled_lifetime": 3000},
+              "learners": {"__all_modules__": {}, "default_policy": {"qf_loss": 0.25, "td_error_mean": 0.5}},
+              "replay_buffer": {"size": 45200}, "monitor": {"epsilon": 0.31, "replay_ratio": 2.0},
+              "sampler": {"batches_dropped_lifetime": 1, "batches_stale_lifetime": 12, "requests_in_flight": 4}}
+    line = format_progress("x", progress_fields(result))
+    assert "replay 45,200 | loss 0.25 | td 0.5 | eps 0.31 | ratio 2.0" in line
+    assert "batches dropped 1, stale 12, in flight 4" in line
+    del result["replay_buffer"], result["sampler"]
+    assert "replay" not in format_progress("x", progress_fields(result))

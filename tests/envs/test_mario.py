@@ -18,6 +18,19 @@ def test_missing_extra_names_the_install_command(monkeypatch):
         SuperMarioBrosEnv()
 
 
+def test_missing_extra_fails_at_configuration_time(monkeypatch, tmp_path):
+    from rl_speed.algorithms.fast_dqn import FastDQNConfig
+    from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments
+
+    monkeypatch.setitem(sys.modules, "gym_super_mario_bros", None)
+    with pytest.raises(ImportError, match=r"needs the NES emulator \(the \[mario\] extra"):
+        FastDQNConfig().environment("rl_speed/SuperMarioBros-v0").validate()
+    path = tmp_path / "mario.yaml"
+    path.write_text("mario:\n  run: DQN\n  env: rl_speed/SuperMarioBros-v0\n")  # stock DQN: the CLI checks too
+    with pytest.raises(ExperimentFileError, match=r"mario\.env.*cannot start.*pip install"):
+        load_experiments(path)
+
+
 @pytest.mark.parametrize("config, message", [
     ({"world": 9}, "`world`=9 is invalid"),
     ({"frame_skip": 0}, "`frame_skip`=0 is invalid"),

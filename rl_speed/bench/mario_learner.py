@@ -1,0 +1,101 @@
+"""Mario DQN learner: optimizer steps/s of the Nature CNN Q-module (BatchNorm, dueling, double Q) under each
+learner setting, on random uint8 ``(84, 84, 4)`` frames (no emulator needed).
+
+Each row is FastDQN's learner as a run builds it (``FastDQNConfig`` + ``QNetModule`` with ``encoder: nature``), fed
+the way FastDQN feeds it: ``learner.update(batch=..., minibatch_size=B)`` with numpy uint8 frames, so the host-to-
+device copy of obs and next obs is counted. Rows: fp32 eager, bf16 autocast, bf16 + torch.compile of
+``forward_train``, and bf16 + compile + 4-step accumulation (4 micro-batches of B per optimizer step, i.e. an
+effective batch of 4B); on CUDA also fp16 with the grad scaler. Each figure is the median of ``repeats`` timings of
+``STEPS`` update calls, after warm-up calls (compilation happens there).
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_speed.bench.common import machine, median_seconds
+
+FRAMES = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+ACTIONS = gym.spaces.Discrete(7)
+STEPS = 10
+WARMUP = 3
+
+
+def _rows(device: str) -> list[tuple[str, dict, int]]:
+    """(label, training keys + compile flag, accumulation) per row."""
+    rows = [("fp32 eager", {"mixed_precision": "off"}, 1),
+            ("bf16", {"mixed_precision": "bf16"}, 1),
+            ("bf16 + compile", {"mixed_precision": "bf16", "compile": True}, 1),
+            ("bf16 + compile + accumulation 4", {"mixed_precision": "bf16", "compile": True}, 4)]
+    if device == "cuda":
+        rows.insert(2, ("fp16 + grad scaler", {"mixed_precision": "fp16"}, 1))
+    return rows
+
+
+def _learner(device: str, batch: int, mixed_precision: str, accumulation: int, compile: bool) -> object:
+    from rl_speed.algorithms.fast_dqn import FastDQNConfig
+
+    config = (FastDQNConfig()
+              .environment(observation_space=FRAMES, action_space=ACTIONS)
+              .training(train_batch_size=batch * accumulation, mixed_precision=mixed_precision,
+                        grad_accumulation_steps=accumulation, dueling=True, double_q=True, lr=1e-4)
+              .rl_module(model_config={"encoder": "nature"})
+              .learners(num_gpus_per_learner=1 if device == "cuda" else 0)
+              .debugging(seed=0))
+    if compile:
+        config.framework(torch_compile_learner=True, torch_compile_learner_what_to_compile="forward_train")
+    return config.build_learner()
+
+
+def _batch(n: int, rng: np.random.Generator) -> object:
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+    frames = rng.integers(0, 256, (n, *FRAMES.shape), dtype=np.uint8)
+    return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch({
+        "obs": frames, "new_obs": np.roll(frames, 1, axis=0), "actions": rng.integers(0, 7, n),
+        "rewards": rng.normal(size=n).astype(np.float32), "terminateds": rng.random(n) < 0.01,
+        "n_step": np.ones(n, np.float32), "weights": np.ones(n, np.float32)})}, n)
+
+
+def learner_rows(repeats: int, device: str, batch: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    out, base = [], None
+    for label, keys, accumulation in _rows(device):
+        learner = _learner(device, batch, keys["mixed_precision"], accumulation, keys.get("compile", False))
+        data = _batch(batch * accumulation, rng)
+        update = lambda: learner.update(batch=data, minibatch_size=batch * accumulation,  # noqa: E731
+                                        timesteps={"num_env_steps_sampled_lifetime": 0})
+        for _ in range(WARMUP):
+            update()
+        seconds = median_seconds(lambda: [update() for _ in range(STEPS)], repeats, sync=sync) / STEPS
+        samples = batch * accumulation / seconds
+        base = base or samples
+        out.append(f"| {label} | {batch:,} x {accumulation} | {1 / seconds:,.1f} | {samples:,.0f} | "
+                   f"{samples / base:.2f}x |")
+        del learner
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def run(repeats: int = 5, device: str = "cpu", batch: int | None = None) -> str:
+    batch = batch or (512 if device == "cuda" else 64)
+    card = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    rows = learner_rows(repeats, device, batch)
+    return "\n".join([
+        "### Mario DQN learner (Nature CNN with BatchNorm, dueling, double Q; uint8 84 x 84 x 4 frames)",
+        "",
+        f"Command: `rl-speed bench mario-learner{' --device cuda' if device == 'cuda' else ''} --repeats {repeats}` · "
+        f"machine: {machine()} · learner: {card} · date: {time.strftime('%Y-%m-%d')} · torch {torch.__version__} · "
+        f"medians of {repeats} x {STEPS} updates.",
+        "",
+        "| learner setting | micro-batch x steps | optimizer steps/s | samples/s | samples/s vs fp32 |",
+        "|---|---:|---:|---:|---:|",
+        *rows,
+    ])
