@@ -16,7 +16,8 @@ USAGE_ERROR = 2
 BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
               "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
               "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
-              "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner"}
+              "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner",
+              "mario-scaling": "rl_speed.bench.mario_scaling"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -42,7 +43,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
     bench.add_argument("--output", default="results/bench",
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner)")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling)")
     return parser
 
 
