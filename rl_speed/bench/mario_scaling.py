@@ -4,7 +4,8 @@ the learner actually delivered.
 
 Runner counts above the machine's CPUs minus two (the driver/learner and Ray) are skipped. Departures from the
 preset, so that each count takes seconds, not minutes: learning starts after 2,000 steps (not 20,000), an iteration
-is at least 400 env steps per runner, and torch.compile is off (compiling at every build would dominate the timing;
+is at least 400 env steps per runner, the replay holds 100,000 transitions (not 500,000: a build's GPU storage is
+freed only when the algorithm is), and torch.compile is off (compiling at every build would dominate the timing;
 ``rl-speed bench mario-learner`` measures it). Each count builds the algorithm, trains until learning has started
 and ``WARMUP`` more iterations, then times ``iterations`` iterations; median of ``repeats`` builds. On CPU
 (``--device cpu``) the learner and the replay storage stay on the CPU.
@@ -12,6 +13,7 @@ and ``WARMUP`` more iterations, then times ``iterations`` iterations; median of 
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import time
@@ -57,7 +59,8 @@ def run(repeats: int = 3, device: str = "cpu", iterations: int = 4) -> str:
         for n in counts:
             config = (experiment.config.copy(copy_frozen=False).env_runners(num_env_runners=n)
                       .framework(torch_compile_learner=False)
-                      .training(num_steps_sampled_before_learning_starts=2000)
+                      .training(num_steps_sampled_before_learning_starts=2000,
+                                replay_buffer_config={**experiment.config.replay_buffer_config, "capacity": 100_000})
                       .reporting(min_sample_timesteps_per_iteration=400 * n))
             if device != "cuda":
                 config.learners(num_gpus_per_learner=0)
@@ -87,9 +90,14 @@ def run(repeats: int = 3, device: str = "cpu", iterations: int = 4) -> str:
                     updates.append((result.get("num_learner_updates_lifetime", 0) - updates_before) / elapsed)
                 finally:
                     algo.stop()
+                    algo = None  # release the replay storage before the next build
+                    gc.collect()
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
             rate = statistics.median(rates)
             rows.append(f"| {n} | {rate:,.0f} | {single * n:,.0f} | {rate / (single * n):.0%} | "
                         f"{statistics.median(ratios):.2f} | {statistics.median(updates):,.1f} |")
+            print(rows[-1], flush=True)  # partial results survive a time limit
     finally:
         ray.shutdown()
     card = torch.cuda.get_device_name() if device == "cuda" else "CPU"

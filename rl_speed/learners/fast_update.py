@@ -3,8 +3,10 @@
 RLlib's ``TorchLearner`` clips by global norm with a Python loop over parameters, then checks
 ``torch.isfinite(grad).all()`` in a Python ``if`` for every parameter, twice (one device sync per parameter tensor on
 a GPU). Here the per-parameter norms come from one ``torch._foreach_norm`` call, clipping is one ``_foreach_mul_``,
-and the whole update is checked with a single ``.item()``: a non-finite update is skipped (no optimizer step) and
-counted in ``num_non_finite_updates_skipped_lifetime``. Gradients are zeroed with ``set_to_none=True`` by RLlib's
+and a non-finite update is skipped (no optimizer step) and counted in ``num_non_finite_updates_skipped_lifetime``.
+On CUDA the skip never leaves the device: Adam runs fused and takes the "found inf" flag as a tensor (the mechanism
+``GradScaler`` uses), and the skip count is read once per ``update()`` call, so the CPU queues the next minibatch's
+kernels while the GPU still runs this one. On CPU the flag is read with one ``.item()`` per step. Gradients are zeroed with ``set_to_none=True`` by RLlib's
 ``compute_gradients`` already.
 
 It also runs ``update(batch=..., minibatch_size=B, num_epochs=1)`` (FastDQN's call) as a lean loop: the batch is
@@ -39,7 +41,9 @@ class FastUpdateMixin:
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         params = self.get_parameters(self._module[module_id])
-        self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(params, foreach=True),
+        # fused (CUDA): one kernel per step and an on-device skip; foreach (CPU): multi-tensor kernels
+        kind = {"fused": True} if self._device.type == "cuda" else {"foreach": True}
+        self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(params, **kind),
                                 params=params, lr_or_lr_schedule=config.lr)
 
     #: False while an update() call has more minibatches to go: losses may skip window-1 statistics then.
@@ -117,12 +121,30 @@ class FastUpdateMixin:
         if self._grad_scalers is not None or self._lr_scheduler_classes is not None:
             finite_flags.clear()
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
+        optimizers = [self.get_optimizer(module_id, name)
+                      for module_id, names in self._module_optimizers.items() for name in names]
+        if finite_flags and all(o.defaults.get("fused") for o in optimizers):
+            found_inf = (~torch.stack(finite_flags).all()).float()  # stays on the device: no sync
+            finite_flags.clear()
+            for optimizer in optimizers:
+                optimizer.found_inf = found_inf  # the fused kernel skips the update (and the step count) if 1
+                optimizer.step()
+                optimizer.found_inf = None
+            self._skipped_on_device = getattr(self, "_skipped_on_device", 0) + found_inf
+            return
         finite = bool(torch.stack(finite_flags).all().item()) if finite_flags else True  # the one device sync
         finite_flags.clear()
         if not finite:
             self.metrics.log_value(NON_FINITE_SKIPPED, 1, reduce="lifetime_sum")
             return
-        for module_id, optimizer_names in self._module_optimizers.items():
-            for optimizer_name in optimizer_names:
-                self.get_optimizer(module_id, optimizer_name).step()
+        for optimizer in optimizers:
+            optimizer.step()
+
+    def after_gradient_based_update(self, *, timesteps: dict) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
+        skipped = getattr(self, "_skipped_on_device", 0)
+        if isinstance(skipped, torch.Tensor):  # read once per update() call
+            self._skipped_on_device = 0
+            if skipped.item():
+                self.metrics.log_value(NON_FINITE_SKIPPED, int(skipped.item()), reduce="lifetime_sum")
 

@@ -99,3 +99,26 @@ def test_lean_multi_minibatch_update_equals_sequential_rllib_updates():
         torch.testing.assert_close(a, b, msg=k)
     assert results[DEFAULT_MODULE_ID]["num_module_steps_trained_lifetime"].peek() == 128
     assert sum(len(td) for td in results[DEFAULT_MODULE_ID]["td_error"].peek()) == 128  # one series per minibatch
+
+
+def test_fused_adam_skips_a_non_finite_update_on_the_device_and_counts_it_once_per_call(learner):
+    # The CUDA path (fused Adam with a found_inf tensor, count read once per update call), driven on CPU where
+    # torch also has a fused Adam.
+    module = learner.module[DEFAULT_MODULE_ID]
+    params = list(learner._optimizer_parameters[learner.get_optimizer()])
+    fused = torch.optim.Adam(params, lr=1e-3, fused=True)
+    learner._named_optimizers = {k: fused for k in learner._named_optimizers}
+    learner._optimizer_parameters = {fused: params}
+    learner._module_optimizers = {DEFAULT_MODULE_ID: list(learner._named_optimizers)}
+    learner._update_finite = []
+    before = {k: p.detach().clone() for k, p in module.named_parameters()}
+    results = learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(_batch(reward=np.nan))}, 64),
+                             timesteps={"num_env_steps_sampled_lifetime": 0})
+    for key, value in before.items():
+        torch.testing.assert_close(dict(module.named_parameters())[key].detach(), value)
+    assert results[NON_FINITE_SKIPPED].peek() == 1
+    assert all(float(fused.state[p]["step"]) == 0 for p in params if p in fused.state)  # the skip undid the count
+    learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(_batch())}, 64),
+                   timesteps={"num_env_steps_sampled_lifetime": 0})
+    assert any(not torch.equal(p.detach(), before[k]) for k, p in module.named_parameters())
+    assert all(float(fused.state[p]["step"]) == 1 for p in params)
