@@ -57,16 +57,24 @@ class ColumnSampler:
     queue behind the in-flight sample on each runner). PPO's importance ratio and KL term use the behaviour policy's
     recorded log-probs and logits, so they stay correct.
 
+    ``streaming=True`` (FastDQN: a replay buffer takes batches in any order and number): instead of waiting for
+    every runner, a call returns as soon as at least one batch is ready, and each runner that handed one over gets
+    its next request at once (RLlib's ``foreach_env_runner_async_fetch_ready``: fetch, then launch on idle runners),
+    so no runner waits for the slowest one. Otherwise (FastPPO: one train batch needs every runner's lanes) a call
+    waits for all runners' batches.
+
     Result keys (``sampler/...``): ``batches_received_lifetime``; ``batches_dropped_lifetime`` (asked for but not
-    back by ``sample_timeout_s``: a failed, restarting or slow runner); ``batches_stale_lifetime`` (sampled with
+    back by ``sample_timeout_s``: a failed, restarting or slow runner; in streaming mode a failed runner's lost request
+    shows in RLlib's fault-tolerance metrics instead); ``batches_stale_lifetime`` (sampled with
     weights older than the newest pushed to the runners); ``weights_lag_max`` (by how many learner update calls,
     this iteration); ``requests_in_flight`` (the queue: samples running on the runners after this call).
     """
 
     TAG = "rl_speed_columns"
 
-    def __init__(self, algo: Any) -> None:
+    def __init__(self, algo: Any, streaming: bool = False) -> None:
         self.algo = algo
+        self.streaming = streaming
         self._in_flight = 0
 
     def sample(self) -> list[RunnerBatch]:
@@ -77,6 +85,8 @@ class ColumnSampler:
             results = sample_columns(algo)
             self._record(results, asked=max(1, remote))
             return results
+        if self.streaming:
+            return self._stream()
         if not self._in_flight:
             self._launch()
         results: list = []
@@ -87,6 +97,16 @@ class ColumnSampler:
         asked, self._in_flight = self._in_flight, 0  # a runner that failed or timed out is dropped this iteration
         self._launch()  # the next batch starts now, while the learner updates on this one
         self._record(results, asked)
+        return results
+
+    def _stream(self) -> list[RunnerBatch]:
+        group = self.algo.env_runner_group
+        results: list = []
+        deadline = time.monotonic() + (self.algo.config.sample_timeout_s or 60.0)
+        while not results and time.monotonic() < deadline:
+            results += group.foreach_env_runner_async_fetch_ready(_sample_runner, tag=self.TAG, timeout_seconds=0.1)
+        self._in_flight = group.num_in_flight_async_reqs(tag=self.TAG)
+        self._record(results, asked=len(results))
         return results
 
     def _launch(self) -> None:

@@ -205,7 +205,7 @@ class FastDQN(DQN):
             prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4), seed=cfg.seed,
             device=rb.get("storage_device"))
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
-        self._sampler = ColumnSampler(self)
+        self._sampler = ColumnSampler(self, streaming=True)  # replay takes batches as they come
 
     @property
     def replay_buffer(self) -> BatchedReplayBuffer:
