@@ -17,7 +17,7 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
               "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
               "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner",
-              "mario-scaling": "rl_speed.bench.mario_scaling"}
+              "mario-scaling": "rl_speed.bench.mario_scaling", "replay-memory": "rl_speed.bench.replay_memory"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
