@@ -47,7 +47,7 @@ from rl_speed.algorithms.columnar import (
     sync_weights_if_due,
 )
 from rl_speed.buffers import BatchedReplayBuffer
-from rl_speed.columns import next_obs, num_steps
+from rl_speed.columns import num_steps
 from rl_speed.learners.dqn import FastDQNTorchLearner
 from rl_speed.modules.q_net import QNetModule
 
@@ -223,7 +223,8 @@ class FastDQN(DQN):
         with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
             for worker_index, columns, *_ in samples:
                 lane = max(0, worker_index - 1) * self._lanes_per_runner
-                self._buffer.add_batch({"obs": columns["obs"][:-1], "next_obs": next_obs(columns),
+                # obs with T + 1 rows and no next_obs: the buffer shares each frame between a step and the one before
+                self._buffer.add_batch({"obs": columns["obs"],
                                         **{k: columns[k] for k in ("actions", "rewards", "terminateds",
                                                                    "truncateds", "valid")}}, lane_start=lane)
                 sampled += num_steps(columns)

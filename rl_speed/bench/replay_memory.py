@@ -1,7 +1,8 @@
 """Replay memory for Mario-sized transitions ((84, 84, 4) frame stacks): resident memory measured after filling each
 buffer with ``TRANSITIONS`` transitions, each buffer in a fresh process.
 
-* rl_speed ``BatchedReplayBuffer``: uint8 obs and next obs, pre-allocated ``[C, L]`` ring (FastDQN's storage).
+* rl_speed ``BatchedReplayBuffer``, pre-allocated ``[C, L]`` ring of uint8 frames: next observations shared with the
+  successor slots (FastDQN's storage), and stored separately (the buffer's other form).
 * RLlib ``EpisodeReplayBuffer`` (what stock DQN uses) holding numpy'd ``SingleAgentEpisode`` s of 400 steps with
   float32 frames, as RLlib's Atari path produces them (its frame wrappers scale to float32 inside the env).
 * The same RLlib buffer with uint8 frames, to separate the dtype from the layout.
@@ -36,16 +37,19 @@ def _frames(n: int, dtype: type, rng: np.random.Generator) -> np.ndarray:
     return frames if dtype is np.uint8 else frames.astype(np.float32) / 255.0
 
 
-def _fill_ours(_: object) -> int:
+def _fill_ours(shared: bool) -> int:
     from rl_speed.buffers import BatchedReplayBuffer
 
     rng = np.random.default_rng(0)
     lanes, steps = 4, 100
     buffer = BatchedReplayBuffer(capacity=TRANSITIONS, num_lanes=lanes)
     start = _rss()
+    last = _frames(lanes, np.uint8, rng)
     for _ in range(TRANSITIONS // (lanes * steps)):
-        obs = _frames((steps + 1) * lanes, np.uint8, rng).reshape(steps + 1, lanes, *SHAPE)
-        buffer.add_batch({"obs": obs[:-1], "next_obs": obs[1:], "actions": rng.integers(0, 7, (steps, lanes)),
+        obs = np.concatenate([last[None], _frames(steps * lanes, np.uint8, rng).reshape(steps, lanes, *SHAPE)])
+        last = obs[-1].copy()  # the next batch continues from here, as an env runner's does
+        frames = {"obs": obs} if shared else {"obs": obs[:-1], "next_obs": obs[1:]}
+        buffer.add_batch({**frames, "actions": rng.integers(0, 7, (steps, lanes)),
                           "rewards": np.zeros((steps, lanes), np.float32),
                           "terminateds": np.zeros((steps, lanes), bool), "truncateds": np.zeros((steps, lanes), bool)})
         del obs
@@ -79,7 +83,9 @@ def _measure(fn: object, arg: object) -> int:
 
 
 def run(repeats: int = 1) -> str:
-    rows = [("rl_speed `BatchedReplayBuffer`, uint8 obs + next obs (FastDQN)", _fill_ours, None),
+    rows = [("rl_speed `BatchedReplayBuffer`, uint8, next obs shared with the successor slot (FastDQN)", _fill_ours,
+             True),
+            ("rl_speed `BatchedReplayBuffer`, uint8, obs and next obs stored separately", _fill_ours, False),
             ("RLlib `EpisodeReplayBuffer`, float32 frames (RLlib's Atari path)", _fill_rllib, np.float32),
             ("RLlib `EpisodeReplayBuffer`, uint8 frames", _fill_rllib, np.uint8)]
     measured = {label: min(_measure(fn, arg) for _ in range(repeats)) for label, fn, arg in rows}

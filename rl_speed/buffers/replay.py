@@ -5,6 +5,13 @@ Storage is a 2-D ring ``[C, L]``: L env lanes, C time slots per lane. A runner's
 ``((c + 1) % C, l)``, so n-step windows are plain index arithmetic. A per-slot step counter tells whether a
 successor is still (or already) the step that followed. Everything runs as whole-array numpy operations: nothing
 loops over transitions, only over the (few) n-step offsets and the sum tree's levels.
+
+Next observations can be stored or shared. Given ``obs`` with ``T + 1`` rows and no ``next_obs`` (the env runner's
+column layout), a step's next observation is the successor slot's obs, and the newest step of each lane takes it
+from a per-lane pending row (``obs[T]``). Frames are then stored once, not twice, which halves the memory of
+image observations. Consecutive batches of a lane must continue each other (``obs[0]`` equals the previous
+``obs[T]``). Where they do not (a restarted env runner), the lane's previous newest transition is dropped, because
+its successor is not its next observation.
 """
 
 from __future__ import annotations
@@ -67,6 +74,8 @@ class BatchedReplayBuffer:
         self._tree = SumTree(self.capacity)
         self._max_priority = 1.0  # largest |td| + eps seen; new transitions get it (before ** alpha)
         self._added = self._evicted = self._sampled = 0
+        self._shared_next_obs: bool | None = None  # set by the first add_batch: next obs shared with successors?
+        self._pending: Any = None  # [L, ...] shared mode: each lane's newest next observation (obs[T])
 
     def __len__(self) -> int:
         """Number of valid stored transitions."""
@@ -80,7 +89,9 @@ class BatchedReplayBuffer:
         """Writes a ``[T, N]`` batch into lanes ``[lane_start, lane_start + N)`` at their shared write cursor.
 
         Keys: ``obs``, ``next_obs``, ``actions``, ``rewards``, ``terminateds``, ``truncateds`` and optionally
-        ``valid`` (default all True; invalid steps are stored to keep lanes aligned, but never sampled). If
+        ``valid`` (default all True; invalid steps are stored to keep lanes aligned, but never sampled). Or ``obs``
+        with ``T + 1`` rows and no ``next_obs``: next observations are shared with the successor steps (see the
+        module docstring); a buffer keeps the form of its first batch. If
         ``T > C`` only the last C steps are kept. Raises ``ValueError`` (changing nothing) for missing or unknown
         keys, mismatched shapes or dtypes, a lane range outside ``[0, num_lanes)`` or lanes at different cursors.
         """
@@ -89,8 +100,11 @@ class BatchedReplayBuffer:
         t, n = batch["rewards"].shape
         if t == 0 or n == 0:
             return
+        shared = self._shared_next_obs = "next_obs" not in batch
         if "obs" not in self._data:
             self._allocate(batch)
+        if shared:
+            self._continue_lanes(batch["obs"][0], lane_start, n)
         valid = batch.pop("valid", None)
         valid = np.ones((t, n), np.bool_) if valid is None else valid
         lanes = slice(lane_start, lane_start + n)
@@ -109,6 +123,9 @@ class BatchedReplayBuffer:
         for key, value in batch.items():
             if self.device is not None and key in _FREE_COLUMNS:
                 value = _to_device(value, self.device, copy=False)  # one host-to-device copy per column per call
+            if shared and key == "obs":
+                self._pending[lanes] = value[-1]  # obs[T]: the newest step's next observation
+                value = value[:-1]
             _ring_write(self._data[key], value, start, lanes)
         _ring_write(self._step_id, np.where(valid, first_step + np.arange(t)[:, None], -1), start, lanes)
         _ring_write(self._continues, ~(batch["terminateds"] | batch["truncateds"]), start, lanes)
@@ -145,7 +162,7 @@ class BatchedReplayBuffer:
         last = out.pop("last_indices")
         out["obs"] = self._gather("obs", indices)
         out["actions"] = self._gather("actions", indices)
-        out["next_obs"] = self._gather("next_obs", last)
+        out["next_obs"] = self._next_obs(last)
         if self.prioritized:
             # (N * P(i)) ** -beta / max over the batch, with P(i) = p_i / total: N and total cancel.
             priorities = self._tree.get(indices)
@@ -206,6 +223,41 @@ class BatchedReplayBuffer:
         return {"rewards": ret.astype(np.float32), "terminateds": f["terminateds"][last], "n_step": used,
                 "last_indices": last}
 
+    def _next_obs(self, last: np.ndarray) -> Any:
+        """The next observation after valid slots ``last``: stored, or (shared mode) the successor slot's obs, or the
+        lane's pending row for a lane's newest step."""
+        if not self._shared_next_obs:
+            return self._gather("next_obs", last)
+        lane = last % self.num_lanes
+        newest = self._flat["step_id"][last] + 1 >= self._lane_steps[lane]  # its successor is not written yet
+        out = self._gather("obs", np.where(newest, last, (last + self.num_lanes) % self.capacity))
+        if newest.any():
+            rows = np.flatnonzero(newest)
+            if self.device is not None:
+                import torch
+
+                rows_t = torch.as_tensor(rows, device=out.device)
+                out[rows_t] = self._pending[torch.as_tensor(lane[rows], device=out.device)]
+            else:
+                out[rows] = self._pending[lane[rows]]
+        return out
+
+    def _continue_lanes(self, first_obs: Any, lane_start: int, n: int) -> None:
+        """Shared mode: drops each lane's newest transition whose successor (this batch's ``obs[0]``) is not its
+        next observation, i.e. the lane did not continue from the pending row."""
+        if self._pending is None or not self._lane_steps[lane_start]:
+            return
+        pending = _to_numpy(self._pending[lane_start:lane_start + n]).reshape(n, -1)
+        broken = np.flatnonzero((pending != np.asarray(first_obs).reshape(n, -1)).any(axis=1))
+        if not len(broken):
+            return
+        lanes = lane_start + broken
+        slots = ((self._lane_steps[lanes] - 1) % self.slots_per_lane) * self.num_lanes + lanes
+        held = self._flat["step_id"][slots] >= 0
+        self._evicted += int(held.sum())
+        self._flat["step_id"][slots] = -1
+        self._tree.update(slots, np.zeros(len(slots)))
+
     def _gather(self, key: str, indices: np.ndarray) -> Any:
         """Rows ``indices`` of a free column: numpy, or torch tensors on ``device``."""
         if self.device is not None:
@@ -226,6 +278,8 @@ class BatchedReplayBuffer:
             "tree": self._tree.get_state()["tree"], "max_priority": self._max_priority,
             "added": self._added, "evicted": self._evicted, "sampled": self._sampled,
             "rng": self._rng.bit_generator.state,
+            "shared_next_obs": self._shared_next_obs,
+            "pending": None if self._pending is None else _to_numpy(self._pending),
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -248,6 +302,9 @@ class BatchedReplayBuffer:
         self._max_priority = float(state["max_priority"])
         self._added, self._evicted, self._sampled = int(state["added"]), int(state["evicted"]), int(state["sampled"])
         self._rng.bit_generator.state = state["rng"]
+        self._shared_next_obs = state.get("shared_next_obs", False if "next_obs" in state["columns"] else None)
+        pending = state.get("pending")
+        self._pending = None if pending is None else _to_device(pending, self.device)
 
     def _reflatten(self) -> None:
         """[C, L, ...] -> [C * L, ...] views of every per-slot array, for gathers by flat slot index."""
@@ -257,6 +314,8 @@ class BatchedReplayBuffer:
     def _allocate(self, batch: Mapping[str, np.ndarray]) -> None:
         """[C, L, *shape] storage for the free columns, in the first batch's per-step shapes and dtypes."""
         for key in _FREE_COLUMNS:
+            if key not in batch:  # next_obs in shared mode: the successor slots hold it
+                continue
             value = batch[key]
             shape = (self.slots_per_lane, self.num_lanes, *value.shape[2:])
             self._spec[key] = (value.shape[2:], value.dtype)
@@ -267,31 +326,42 @@ class BatchedReplayBuffer:
 
                 dtype = torch.from_numpy(np.zeros(0, value.dtype)).dtype
                 self._data[key] = torch.zeros(shape, dtype=dtype, device=self.device)
+        if "next_obs" not in batch:
+            self._pending = _to_device(np.zeros((self.num_lanes, *batch["obs"].shape[2:]), batch["obs"].dtype),
+                                       self.device)
         self._reflatten()
 
     def _checked(self, columns: Mapping[str, Any], lane_start: int) -> dict[str, np.ndarray]:
         """The batch as arrays, after every check ``add_batch`` promises (so a rejected batch changes nothing)."""
         where = "BatchedReplayBuffer.add_batch"
-        missing = [k for k in _KNOWN if k not in columns and k not in _OPTIONAL_COLUMNS]
+        shared = "next_obs" not in columns
+        missing = [k for k in _KNOWN if k not in columns and k not in _OPTIONAL_COLUMNS
+                   and not (shared and k == "next_obs")]
         unknown = [k for k in columns if k not in _KNOWN]
         if missing or unknown:
             raise ValueError(f"{where}: missing columns {missing}, unknown columns {unknown}; "
-                             f"expected {list(_KNOWN[:-1])} and optionally 'valid'.")
+                             f"expected {list(_KNOWN[:-1])} and optionally 'valid' (or 'obs' with T + 1 rows and "
+                             "no 'next_obs').")
+        if self._shared_next_obs is not None and shared != self._shared_next_obs:
+            raise ValueError(f"{where}: this buffer was filled {'without' if self._shared_next_obs else 'with'} a "
+                             f"'next_obs' column; pass the same form every time.")
         batch = {k: np.asarray(v) for k, v in columns.items()}
         if batch["rewards"].ndim != 2:
             raise ValueError(f"{where}: column 'rewards' has shape {batch['rewards'].shape}; expected [T, N].")
         t, n = batch["rewards"].shape
         for key, value in batch.items():
             fixed = key not in _FREE_COLUMNS
-            if value.shape[:2] != (t, n) or (fixed and value.ndim != 2):
+            rows = t + 1 if shared and key == "obs" else t
+            if value.shape[:2] != (rows, n) or (fixed and value.ndim != 2):
                 raise ValueError(f"{where}: column {key!r} has shape {value.shape}; expected "
-                                 f"[T, N{'' if fixed else ', ...'}] with T, N = {t}, {n} (from 'rewards').")
+                                 f"[{'T + 1' if rows > t else 'T'}, N{'' if fixed else ', ...'}] with T, N = {t}, "
+                                 f"{n} (from 'rewards').")
         for key in ("terminateds", "truncateds", "valid"):
             if key in batch and batch[key].dtype != np.bool_:
                 raise ValueError(f"{where}: column {key!r} must be bool, got {batch[key].dtype}.")
         if not np.can_cast(batch["rewards"].dtype, np.float32, "same_kind"):
             raise ValueError(f"{where}: column 'rewards' must be real numbers, got {batch['rewards'].dtype}.")
-        for key in _FREE_COLUMNS:
+        for key in (k for k in _FREE_COLUMNS if k in batch):
             # Each free column has to match its storage; before the first batch is stored, next_obs has to match obs.
             first = batch["obs"] if key == "next_obs" else batch[key]
             ref_shape, ref_dtype = self._spec.get(key, (first.shape[2:], first.dtype))
