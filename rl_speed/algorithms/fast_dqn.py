@@ -58,7 +58,7 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
 
 
 #: FastDQN's own monitoring fields in the result dict: ``epsilon`` (the exploration rate at the current step) and
-#: ``replay_ratio`` (samples trained per env step sampled, this iteration). Loss and TD error are RLlib's learner
+#: ``replay_ratio`` (samples trained per env step sampled, over all training steps of this iteration). Loss and TD error are RLlib's learner
 #: keys (``learners/<module>/qf_loss``, ``td_error_mean``); buffer size and counts are under ``replay_buffer``.
 MONITOR_KEY = "monitor"
 
@@ -206,6 +206,7 @@ class FastDQN(DQN):
             device=rb.get("storage_device"))
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
         self._sampler = ColumnSampler(self, streaming=True)  # replay takes batches as they come
+        self._ratio_iteration, self._ratio_counts = -1, [0, 0]  # samples trained / env steps, this iteration
 
     @property
     def replay_buffer(self) -> BatchedReplayBuffer:
@@ -240,8 +241,12 @@ class FastDQN(DQN):
             self._learn(num_updates, batch_size, lifetime)
         learn_seconds = time.perf_counter() - learn_start
         self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
+        if self._ratio_iteration != self.iteration:  # a train() call runs several training steps: sum over all
+            self._ratio_iteration, self._ratio_counts = self.iteration, [0, 0]
+        self._ratio_counts[0] += num_updates * batch_size if learning else 0
+        self._ratio_counts[1] += sampled
         self.metrics.log_dict({"epsilon": epsilon_at(cfg.epsilon, lifetime),
-                               "replay_ratio": (num_updates * batch_size if learning else 0) / max(1, sampled)},
+                               "replay_ratio": self._ratio_counts[0] / max(1, self._ratio_counts[1])},
                               key=MONITOR_KEY, window=1)
 
         sync_weights_if_due(self)

@@ -205,7 +205,7 @@ def test_async_sampling_fills_the_buffer_from_remote_runners(ray_session):
         # Each batch after the first was sampled while the learner moved on: one update call behind the sync.
         assert sampler["batches_stale_lifetime"] >= 2 and sampler["weights_lag_max"] >= 1
         assert 0.05 <= result["monitor"]["epsilon"] <= 1.0
-        assert result["monitor"]["replay_ratio"] == pytest.approx(4.0, rel=0.35)  # training_intensity 4
+        assert result["monitor"]["replay_ratio"] == pytest.approx(4.0, rel=0.15)  # training_intensity 4
     finally:
         algo.stop()
 
