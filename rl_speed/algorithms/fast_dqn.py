@@ -58,8 +58,9 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
 
 
 #: FastDQN's own monitoring fields in the result dict: ``epsilon`` (the exploration rate at the current step) and
-#: ``replay_ratio`` (samples trained per env step sampled, over all training steps of this iteration). Loss and TD error are RLlib's learner
-#: keys (``learners/<module>/qf_loss``, ``td_error_mean``); buffer size and counts are under ``replay_buffer``.
+#: ``replay_ratio`` (samples trained per env step sampled, over all training steps of this iteration). Loss and TD
+#: error are RLlib's learner keys (``learners/<module>/qf_loss``, ``td_error_mean``); buffer size and counts are
+#: under ``replay_buffer``.
 MONITOR_KEY = "monitor"
 
 

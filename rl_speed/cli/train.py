@@ -13,20 +13,20 @@ from rl_speed.cli.experiment_file import Experiment
 
 def progress_fields(result: dict) -> dict[str, float]:
     """The numbers the progress line shows, from one RLlib result dict (missing ones are NaN)."""
-    runners = result.get("env_runners", {})
-    steps_this_iter = runners.get("num_env_steps_sampled", float("nan"))
-    seconds = result.get("time_this_iter_s") or float("nan")
     nan = float("nan")
+    runners = result.get("env_runners", {})
+    steps_this_iter = runners.get("num_env_steps_sampled", nan)
+    seconds = result.get("time_this_iter_s") or nan
     learner = next(iter(v for k, v in result.get("learners", {}).items() if k != "__all_modules__"), {})
     sampler = result.get("sampler", {})
     return {
         "iteration": result.get("training_iteration", 0),
-        "env_steps": runners.get("num_env_steps_sampled_lifetime", float("nan")),
+        "env_steps": runners.get("num_env_steps_sampled_lifetime", nan),
         "env_steps_per_s": steps_this_iter / seconds,
-        "return_mean": runners.get("episode_return_mean", float("nan")),
-        "time_total_s": result.get("time_total_s", float("nan")),
+        "return_mean": runners.get("episode_return_mean", nan),
+        "time_total_s": result.get("time_total_s", nan),
         # FastPPO's per-iteration profile (absent for other algorithms): shares of the iteration's time.
-        **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", float("nan"))
+        **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", nan)
            for k in ("sample", "advantages", "learn", "sync_weights")},
         # Collector and replay monitoring (FastDQN; the sampler keys also FastPPO): NaN where absent.
         "replay_size": result.get("replay_buffer", {}).get("size", nan),

@@ -6,8 +6,8 @@ a GPU). Here the per-parameter norms come from one ``torch._foreach_norm`` call,
 and a non-finite update is skipped (no optimizer step) and counted in ``num_non_finite_updates_skipped_lifetime``.
 On CUDA the skip never leaves the device: Adam runs fused and takes the "found inf" flag as a tensor (the mechanism
 ``GradScaler`` uses), and the skip count is read once per ``update()`` call, so the CPU queues the next minibatch's
-kernels while the GPU still runs this one. On CPU the flag is read with one ``.item()`` per step. Gradients are zeroed with ``set_to_none=True`` by RLlib's
-``compute_gradients`` already.
+kernels while the GPU still runs this one. On CPU the flag is read with one ``.item()`` per step. Gradients are
+zeroed with ``set_to_none=True`` by RLlib's ``compute_gradients`` already.
 
 It also runs ``update(batch=..., minibatch_size=B, num_epochs=1)`` (FastDQN's call) as a lean loop: the batch is
 converted to tensors once, minibatches are tensor views, and RLlib's per-minibatch bookkeeping (SampleBatch wrappers,
@@ -143,8 +143,9 @@ class FastUpdateMixin:
     def after_gradient_based_update(self, *, timesteps: dict) -> None:
         super().after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
         skipped = getattr(self, "_skipped_on_device", 0)
-        if isinstance(skipped, torch.Tensor):  # read once per update() call
+        if isinstance(skipped, torch.Tensor):  # read once per update() call: one device sync
             self._skipped_on_device = 0
-            if skipped.item():
-                self.metrics.log_value(NON_FINITE_SKIPPED, int(skipped.item()), reduce="lifetime_sum")
+            count = int(skipped.item())
+            if count:
+                self.metrics.log_value(NON_FINITE_SKIPPED, count, reduce="lifetime_sum")
 

@@ -11,7 +11,7 @@
   For a loss that is a mean over rows this is exactly the big-batch gradient, with 1/k of the activation memory.
   (BatchNorm is the exception: its statistics are per micro-batch.)
 
-The step keeps :class:`FastUpdateMixin`'s one fused norm/clip pass and single finiteness sync. torch.compile is
+The step keeps :class:`FastUpdateMixin`'s one fused norm/clip pass and its finiteness check (on the device on CUDA). torch.compile is
 RLlib's own switch (``torch_compile_learner: true``, ``torch_compile_learner_what_to_compile: forward_train``), which
 compiles the module's ``forward_train``; it composes with both keys.
 """
@@ -109,7 +109,7 @@ class TrainStepMixin(FastUpdateMixin):
         return fwd_out, loss_per_module, {}
 
     def apply_gradients(self, gradients_dict: dict) -> None:
-        super().apply_gradients(gradients_dict)  # one sync: steps, or skips and counts an overflowed update
+        super().apply_gradients(gradients_dict)  # steps, or skips and counts an overflowed update
         if self._scaler is not None:
             self._scaler.update()  # halves the scale after an overflow, doubles it after 2,000 clean steps
             if self.is_last_minibatch:

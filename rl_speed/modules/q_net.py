@@ -16,11 +16,11 @@
 * Implements ``QNetAPI``, ``TargetNetworkAPI`` and ``InferenceOnlyAPI`` with the outputs RLlib's DQN loss reads
   (``qf_preds``, ``qf_next_preds`` for double Q, ``qf_target_next_preds``), so RLlib's DQN learner trains it.
 
-model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]; [512] for ``nature``), ``fcnet_activation`` ("relu" | "tanh", default
-"relu") and ``head_fcnet_hiddens`` (extra layers before the Q head, default []), so a stock DQN config builds the same
-network; plus ``encoder`` ("mlp" | "cnn" | "nature"), ``conv_channels`` (default [32, 64]; cnn only) and
-``batch_norm`` (nature only, default true); ``dueling`` / ``double_q`` /
-``epsilon`` come from DQN's config.
+model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]; [512] for ``nature``), ``fcnet_activation``
+("relu" | "tanh", default "relu"; ``nature`` always uses ReLU) and ``head_fcnet_hiddens`` (extra layers before the Q
+head, default []), so a stock DQN config builds the same network; plus ``encoder`` ("mlp" | "cnn" | "nature"),
+``conv_channels`` (default [32, 64]; cnn only) and ``batch_norm`` (nature only, default true); ``dueling`` /
+``double_q`` / ``epsilon`` come from DQN's config.
 """
 
 from __future__ import annotations
