@@ -19,6 +19,7 @@ from ray.rllib.utils.metrics import SYNCH_WORKER_WEIGHTS_TIMER, TIMERS
 
 from rl_speed.columns import Columns
 from rl_speed.env_runners import BatchedEnvRunner
+from rl_speed.learners.cuda_graph import check_cuda_graph_keys
 from rl_speed.learners.train_step import check_train_step_keys
 
 
@@ -162,6 +163,8 @@ class ColumnarConfigMixin:
       :class:`ColumnSampler`; default False).
     * ``mixed_precision`` ("off" | "bf16" | "fp16") and ``grad_accumulation_steps`` (default 1): the learner's
       update step (see :mod:`rl_speed.learners.train_step`).
+    * ``cuda_graph`` (default False): a CUDA learner replays its whole optimizer step as one captured CUDA graph
+      (see :mod:`rl_speed.learners.cuda_graph`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -171,11 +174,14 @@ class ColumnarConfigMixin:
         self.async_sampling: bool = False
         self.mixed_precision: str = "off"
         self.grad_accumulation_steps: int = 1
+        self.cuda_graph: bool = False
 
     def training(self, *, sync_weights_every: int = NotProvided, async_sampling: bool = NotProvided,
                  mixed_precision: str = NotProvided, grad_accumulation_steps: int = NotProvided,
-                 **kwargs: Any) -> Any:
+                 cuda_graph: bool = NotProvided, **kwargs: Any) -> Any:
         super().training(**kwargs)
+        if cuda_graph is not NotProvided:
+            self.cuda_graph = cuda_graph
         if mixed_precision is not NotProvided:
             self.mixed_precision = mixed_precision
         if grad_accumulation_steps is not NotProvided:
@@ -197,6 +203,7 @@ class ColumnarConfigMixin:
         if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
             self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
         check_train_step_keys(self, name)
+        check_cuda_graph_keys(self, name)
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":
             self._value_error(f"{name}: `batch_mode` must be 'truncate_episodes' (columns have a fixed length).")
         if self.num_envs_per_env_runner < 1:

@@ -7,7 +7,8 @@ are uint8/int tensors already on the GPU, as the GPU preset's replay storage (``
 over; on CPU they are numpy arrays. Rows: fp32 eager, bf16 autocast, bf16 + torch.compile of
 ``forward_train``, and bf16 + compile + 4-step accumulation (4 micro-batches of B per optimizer step, i.e. an
 effective batch of 4B); on CUDA also fp16 with the grad scaler, and compile with CUDA graphs (dynamo mode
-"reduce-overhead"). As in FastDQN, one ``update`` call runs ``STEPS`` optimizer steps (its minibatches are views of
+"reduce-overhead"), and the whole step replayed as one CUDA graph (``cuda_graph: true``) alone, with bf16,
+with bf16 + compile, and with bf16 + compile + accumulation 4. As in FastDQN, one ``update`` call runs ``STEPS`` optimizer steps (its minibatches are views of
 one batch). Each figure is the median of ``repeats`` timed calls, after warm-up calls (compilation happens there).
 """
 
@@ -37,16 +38,25 @@ def _rows(device: str) -> list[tuple[str, dict, int]]:
         rows.insert(1, ("fp32 eager, TF32 off (strict fp32 convolutions)", {"mixed_precision": "off", "tf32": False}, 1))
         rows.insert(3, ("fp16 + grad scaler", {"mixed_precision": "fp16"}, 1))
         rows.append(("bf16 + compile (CUDA graphs)", {"mixed_precision": "bf16", "compile": "reduce-overhead"}, 1))
+        # the whole step (forward, backward, clip, Adam) replayed as one CUDA graph (`cuda_graph: true`)
+        rows += [("fp32 + whole-step CUDA graph", {"mixed_precision": "off", "graph": True}, 1),
+                 ("bf16 + whole-step CUDA graph", {"mixed_precision": "bf16", "graph": True}, 1),
+                 ("bf16 + compile + whole-step CUDA graph",
+                  {"mixed_precision": "bf16", "compile": "default", "graph": True}, 1),
+                 ("bf16 + compile + whole-step CUDA graph + accumulation 4",
+                  {"mixed_precision": "bf16", "compile": "default", "graph": True}, 4)]
     return rows
 
 
-def _learner(device: str, batch: int, mixed_precision: str, accumulation: int, compile: str | None) -> object:
+def _learner(device: str, batch: int, mixed_precision: str, accumulation: int, compile: str | None,
+             graph: bool = False) -> object:
     from rl_speed.algorithms.fast_dqn import FastDQNConfig
 
     config = (FastDQNConfig()
               .environment(observation_space=FRAMES, action_space=ACTIONS)
               .training(train_batch_size=batch * accumulation, mixed_precision=mixed_precision,
-                        grad_accumulation_steps=accumulation, dueling=True, double_q=True, lr=1e-4)
+                        grad_accumulation_steps=accumulation, dueling=True, double_q=True, lr=1e-4,
+                        cuda_graph=graph)
               .rl_module(model_config={"encoder": "nature"})
               .learners(num_gpus_per_learner=1 if device == "cuda" else 0)
               .debugging(seed=0))
@@ -77,7 +87,8 @@ def learner_rows(repeats: int, device: str, batch: int) -> list[str]:
         tf32 = torch.backends.cudnn.allow_tf32
         torch.backends.cudnn.allow_tf32 = keys.get("tf32", tf32)  # torch's default lets cuDNN use TF32 for fp32
         try:
-            learner = _learner(device, batch, keys["mixed_precision"], accumulation, keys.get("compile"))
+            learner = _learner(device, batch, keys["mixed_precision"], accumulation, keys.get("compile"),
+                               keys.get("graph", False))
             data = _batch(batch * accumulation * STEPS, rng, device)
             update = lambda: learner.update(batch=data, minibatch_size=batch * accumulation,  # noqa: E731
                                             timesteps={"num_env_steps_sampled_lifetime": 0})

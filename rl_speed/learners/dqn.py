@@ -45,12 +45,15 @@ class FastDQNTorchLearner(TrainStepMixin, DQNTorchLearner):
         not_terminated = 1.0 - batch[Columns.TERMINATEDS].float()
         target = (batch[Columns.REWARDS] + config.gamma ** batch["n_step"] * not_terminated * q_next_best).detach()
         loss_fn = nn.HuberLoss if config.td_error_loss_fn == "huber" else nn.MSELoss
-        td_error = torch.abs(q_selected - target)
         total_loss = torch.mean(batch["weights"] * loss_fn(reduction="none")(q_selected, target))
+        # Logged statistics are detached: the logger holds them until the update() call ends, and a tensor with a
+        # grad_fn would keep every minibatch's autograd graph (and activations) alive until then.
+        q_selected = q_selected.detach()
+        td_error = torch.abs(q_selected - target)
         self.metrics.log_value(key=(module_id, TD_ERROR_KEY), value=td_error, reduce="item_series")
         if self.is_last_minibatch:
             self.metrics.log_dict(
-                {QF_LOSS_KEY: total_loss, QF_MEAN_KEY: q_selected.mean(), QF_MAX_KEY: q_selected.max(),
+                {QF_LOSS_KEY: total_loss.detach(), QF_MEAN_KEY: q_selected.mean(), QF_MAX_KEY: q_selected.max(),
                  QF_MIN_KEY: q_selected.min(), TD_ERROR_MEAN_KEY: td_error.mean()},
                 key=module_id, window=1)
         return total_loss

@@ -42,7 +42,9 @@ class FastUpdateMixin:
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         params = self.get_parameters(self._module[module_id])
         # fused (CUDA): one kernel per step and an on-device skip; foreach (CPU): multi-tensor kernels
-        kind = {"fused": True} if self._device.type == "cuda" else {"foreach": True}
+        # (capturable: its step count stays on the device, which a replayed CUDA graph needs)
+        kind = ({"fused": True, "capturable": bool(getattr(self.config, "cuda_graph", False))}
+                if self._device.type == "cuda" else {"foreach": True})
         self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(params, **kind),
                                 params=params, lr_or_lr_schedule=config.lr)
 
@@ -130,7 +132,9 @@ class FastUpdateMixin:
                 optimizer.found_inf = found_inf  # the fused kernel skips the update (and the step count) if 1
                 optimizer.step()
                 optimizer.found_inf = None
-            self._skipped_on_device = getattr(self, "_skipped_on_device", 0) + found_inf
+            if getattr(self, "_skipped_on_device", None) is None:
+                self._skipped_on_device = torch.zeros((), device=found_inf.device)
+            self._skipped_on_device.add_(found_inf)  # in place: a replayed CUDA graph of this step counts too
             return
         finite = bool(torch.stack(finite_flags).all().item()) if finite_flags else True  # the one device sync
         finite_flags.clear()
@@ -142,10 +146,10 @@ class FastUpdateMixin:
 
     def after_gradient_based_update(self, *, timesteps: dict) -> None:
         super().after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
-        skipped = getattr(self, "_skipped_on_device", 0)
-        if isinstance(skipped, torch.Tensor):  # read once per update() call: one device sync
-            self._skipped_on_device = 0
+        skipped = getattr(self, "_skipped_on_device", None)
+        if skipped is not None:  # read once per update() call: one device sync
             count = int(skipped.item())
             if count:
+                skipped.zero_()
                 self.metrics.log_value(NON_FINITE_SKIPPED, count, reduce="lifetime_sum")
 

@@ -1,4 +1,4 @@
-"""TrainStepMixin: how one optimizer step is computed, configured by two keys every rl_speed algorithm has.
+"""TrainStepMixin: how one optimizer step is computed, configured by keys every rl_speed algorithm has.
 
 * ``mixed_precision: off | bf16 | fp16``: the forward pass and the loss run under ``torch.autocast`` with that
   dtype (the backward follows autocast's casts; parameters, gradients and optimizer state stay fp32). fp16 adds a
@@ -11,9 +11,14 @@
   For a loss that is a mean over rows this is exactly the big-batch gradient, with 1/k of the activation memory.
   (BatchNorm is the exception: its statistics are per micro-batch.)
 
-The step keeps :class:`FastUpdateMixin`'s one fused norm/clip pass and its finiteness check (on the device on CUDA). torch.compile is
-RLlib's own switch (``torch_compile_learner: true``, ``torch_compile_learner_what_to_compile: forward_train``), which
-compiles the module's ``forward_train``; it composes with both keys.
+The step keeps :class:`FastUpdateMixin`'s one fused norm/clip pass and its finiteness check (on the device on
+CUDA). torch.compile is RLlib's own switch (``torch_compile_learner: true``,
+``torch_compile_learner_what_to_compile: forward_train``), which compiles the module's ``forward_train``; it
+composes with both keys.
+
+* ``cuda_graph: true`` (CUDA learners): the whole step above is captured once as a CUDA graph and replayed
+  (:mod:`rl_speed.learners.cuda_graph`), which removes the per-step Python and launch cost that bounds small
+  models on a fast GPU. Composes with bf16, accumulation and compile of ``forward_train``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import torch
 import tree
 
+from rl_speed.learners.cuda_graph import StepGraphs
 from rl_speed.learners.fast_update import FastUpdateMixin
 
 PRECISIONS = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -78,16 +84,31 @@ class TrainStepMixin(FastUpdateMixin):
         self._autocast_dtype = PRECISIONS[mode]
         self._scaler = torch.amp.GradScaler("cuda") if mode == "fp16" else None
         self._accumulation = int(getattr(self.config, "grad_accumulation_steps", 1))
+        self._step_graphs = None
+        if getattr(self.config, "cuda_graph", False):
+            if self._device.type != "cuda" or self._scaler is not None:
+                raise ValueError(f"{type(self).__name__}: `cuda_graph` needs a CUDA learner without fp16's grad "
+                                 f"scaler; this learner runs on {self._device} with mixed_precision={mode!r}.")
+            self._step_graphs = StepGraphs(self, self._train_step)
 
     def _autocast(self) -> Any:
         if self._autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self._device.type, dtype=self._autocast_dtype)
+        # A captured CUDA graph must not use autocast's cache of cast weights (torch's CUDA graphs + AMP rule): the
+        # cached casts would outlive the capture.
+        return torch.autocast(device_type=self._device.type, dtype=self._autocast_dtype,
+                              cache_enabled=self._step_graphs is None)
 
     def _uncompiled_update(self, batch: dict, **kwargs: Any) -> tuple[Any, dict, dict]:
-        if self._autocast_dtype is None and self._accumulation == 1:
+        if self._step_graphs is None and self._autocast_dtype is None and self._accumulation == 1:
             return super()._uncompiled_update(batch, **kwargs)  # type: ignore[misc]
-        self._compute_off_policyness(batch)
+        self._compute_off_policyness(batch)  # reads the host's weights version: never inside a captured graph
+        if self._step_graphs is not None:
+            return self._step_graphs(batch)
+        return self._train_step(batch)
+
+    def _train_step(self, batch: dict) -> tuple[Any, dict, dict]:
+        """Forward, loss, backward (per micro-batch, under autocast), unscale, clip and optimizer step."""
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         loss_per_module: dict = {}
