@@ -17,7 +17,8 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
               "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
               "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner",
-              "mario-scaling": "rl_speed.bench.mario_scaling", "replay-memory": "rl_speed.bench.replay_memory"}
+              "mario-scaling": "rl_speed.bench.mario_scaling", "mario-policy": "rl_speed.bench.mario_policy",
+              "replay-memory": "rl_speed.bench.replay_memory"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -44,6 +45,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench.add_argument("--output", default="results/bench",
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling)")
+    bench.add_argument("--checkpoint", help="mario-policy: the checkpoint folder of a trained run to evaluate")
     return parser
 
 
@@ -90,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
 
         run = importlib.import_module(BENCHMARKS[args.name]).run
         kwargs = {"device": args.device} if args.device != "cpu" else {}
-        markdown = run(args.repeats, **kwargs)
+        if args.checkpoint:
+            kwargs["checkpoint"] = args.checkpoint
+        try:
+            markdown = run(args.repeats, **kwargs)
+        except (ValueError, FileNotFoundError) as e:  # a bad argument (e.g. no --checkpoint): say so, exit 2
+            print(str(e), file=sys.stderr)
+            return USAGE_ERROR
         print(markdown)
         from rl_speed.bench.chart import write_outputs
 

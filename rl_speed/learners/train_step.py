@@ -34,6 +34,8 @@ from rl_speed.learners.fast_update import FastUpdateMixin
 
 PRECISIONS = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 LOSS_SCALE_KEY = "fp16_loss_scale"
+#: learner-state key of the fp16 grad scaler (saved with the optimizer component: a restored run keeps its scale)
+GRAD_SCALER_STATE_KEY = "fp16_grad_scaler"
 
 
 def check_train_step_keys(config: Any, name: str) -> None:
@@ -128,6 +130,17 @@ class TrainStepMixin(FastUpdateMixin):
         gradients = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         self.apply_gradients(self.postprocess_gradients(gradients))
         return fwd_out, loss_per_module, {}
+
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict:
+        state = super().get_state(components, not_components=not_components, **kwargs)  # type: ignore[misc]
+        if self._scaler is not None and self._check_component("optimizer", components, not_components):
+            state[GRAD_SCALER_STATE_KEY] = self._scaler.state_dict()
+        return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)  # type: ignore[misc]
+        if self._scaler is not None and GRAD_SCALER_STATE_KEY in state:
+            self._scaler.load_state_dict(state[GRAD_SCALER_STATE_KEY])
 
     def apply_gradients(self, gradients_dict: dict) -> None:
         super().apply_gradients(gradients_dict)  # steps, or skips and counts an overflowed update

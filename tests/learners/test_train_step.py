@@ -14,7 +14,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
 from rl_speed.algorithms.fast_ppo import FastPPOConfig
 from rl_speed.learners.fast_update import NON_FINITE_SKIPPED
-from rl_speed.learners.train_step import micro_batches
+from rl_speed.learners.train_step import GRAD_SCALER_STATE_KEY, micro_batches
 
 TIMESTEPS = {"num_env_steps_sampled_lifetime": 0}
 
@@ -97,6 +97,22 @@ def test_scaled_step_that_overflows_is_skipped_counted_and_lowers_the_scale():
     _update(learner, _batch(reward=1e4))
     assert any(not torch.equal(p.detach(), before[n])
                for n, p in learner.module[DEFAULT_MODULE_ID].named_parameters())  # a finite scaled step does step
+
+
+def test_grad_scaler_state_is_saved_and_restored_with_the_optimizer():
+    learner = _learner(td_error_loss_fn="mse")
+    learner._scaler = torch.amp.GradScaler("cpu", init_scale=1e38)  # as above: a scale that overflows
+    learner._autocast_dtype = torch.float32
+    learner._autocast = lambda: torch.autocast("cpu", enabled=False)
+    _update(learner, _batch(reward=1e4))
+    state = learner.get_state()
+    assert state[GRAD_SCALER_STATE_KEY]["scale"] == pytest.approx(0.5e38)
+    assert GRAD_SCALER_STATE_KEY not in learner.get_state(not_components="optimizer")
+    restored = _learner(td_error_loss_fn="mse")
+    restored._scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    restored.set_state(state)
+    assert restored._scaler.get_scale() == pytest.approx(0.5e38)
+    assert GRAD_SCALER_STATE_KEY not in _learner().get_state()  # no scaler (fp32, bf16): nothing extra
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast with a grad scaler needs CUDA")
