@@ -43,13 +43,13 @@ def best_return(rows: list[dict]) -> float:
                if r["env_runners/episode_return_mean"] not in ("", "nan"))
 
 
-def train_tuned_example(name: str, stop: dict, tmp_path: Path, env: dict) -> list[dict]:
+def train_tuned_example(name: str, stop: dict, tmp_path: Path, env: dict, timeout: int = 900) -> list[dict]:
     """Runs ``rl-speed train tuned_examples/NAME.yaml`` and returns the trial's progress.csv rows."""
     path = ROOT / "tuned_examples" / f"{name}.yaml"
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "rl-speed"), "train", str(path), "--stop", json.dumps(stop),
          "--storage-path", str(tmp_path), "--num-cpus", "2"],
-        capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (experiment,) = yaml.safe_load(open(path))
@@ -157,3 +157,27 @@ def test_durotaxis_fastppo_moves_the_cell_within_75_seconds(tmp_path, cli_env):
 def test_durotaxis_fastppo_reaches_the_goal_regularly_within_120_seconds(tmp_path, cli_env):
     baseline, final = _durotaxis_run(120, tmp_path, cli_env)
     assert final > 6.0, f"mean return {final:.3f} after 120 s (random policy: {baseline:.3f})"
+
+
+@pytest.mark.slow
+def test_mario_cpu_preset_gets_clearly_further_than_random_on_1_1(tmp_path, cli_env):
+    """The CPU tuned example, for the time its YAML states, then its final checkpoint against random actions on the
+    real emulator (epsilon-greedy with the preset's final epsilon, 32 episodes each)."""
+    pytest.importorskip("gym_super_mario_bros", reason="needs the [mario] extra: python3 tasks.py mario-setup")
+    from rl_speed.bench.mario_policy import compare, load_policy_module
+
+    seconds = yaml.safe_load(open(ROOT / "tuned_examples" / "mario_dqn.yaml"))["mario-dqn"]["stop"]["time_total_s"]
+    train_tuned_example("mario_dqn", {}, tmp_path, cli_env, timeout=seconds + 600)
+    (checkpoint,) = sorted(tmp_path.glob("mario-dqn/*/checkpoint_*"))[-1:]
+    module, env_config = load_policy_module(checkpoint)
+    results = compare(module, env_config, episodes=32)
+    random_x, trained_x = results["random"]["x_pos"].mean(), results["trained"]["x_pos"].mean()
+    random_return, trained_return = results["random"]["returns"].mean(), results["trained"]["returns"].mean()
+    print(f"Mario 1-1 after {seconds} s: mean final x {trained_x:.0f} (random {random_x:.0f}), mean return "
+          f"{trained_return:.0f} (random {random_return:.0f})")
+    assert trained_x > MARIO_X_FACTOR * random_x and trained_return > MARIO_X_FACTOR * random_return
+
+
+#: "clearly above random": the trained policy's mean final x-position and mean return must both beat random's by this
+#: factor (see BENCHMARKS.md, "Mario learning", for the measured values)
+MARIO_X_FACTOR = 1.3

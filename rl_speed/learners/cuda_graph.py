@@ -116,8 +116,9 @@ def _clone(structure: Any) -> Any:
 class StepGraphs:
     """Runs ``step(batch)`` for ``learner`` as a replayed CUDA graph per input signature (see the module docstring).
 
-    ``step`` must zero no gradients itself before the first backward in a way that frees them (RLlib's
-    ``zero_grad(set_to_none=True)`` is fine: the gradients are already ``None`` when capture starts).
+    ``step`` may zero gradients with ``set_to_none=True`` (RLlib's ``compute_gradients`` does): capture starts
+    with them ``None``, so its first backward allocates them from the graph's memory pool. Shapes beyond
+    ``max_graphs`` signatures run eagerly.
     """
 
     def __init__(self, learner: Any, step: Callable[[Any], Any], warmup: int = 3, max_graphs: int = 4) -> None:
