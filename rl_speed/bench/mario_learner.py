@@ -8,8 +8,9 @@ over; on CPU they are numpy arrays. Rows: fp32 eager, bf16 autocast, bf16 + torc
 ``forward_train``, and bf16 + compile + 4-step accumulation (4 micro-batches of B per optimizer step, i.e. an
 effective batch of 4B); on CUDA also fp16 with the grad scaler, and compile with CUDA graphs (dynamo mode
 "reduce-overhead"), and the whole step replayed as one CUDA graph (``cuda_graph: true``) alone, with bf16,
-with bf16 + compile, and with bf16 + compile + accumulation 4. As in FastDQN, one ``update`` call runs ``STEPS`` optimizer steps (its minibatches are views of
-one batch). Each figure is the median of ``repeats`` timed calls, after warm-up calls (compilation happens there).
+with bf16 + compile, and with bf16 + compile + accumulation 4. As in FastDQN, one ``update`` call runs ``STEPS``
+optimizer steps (its minibatches are views of one batch). Each figure is the median of ``repeats`` timed calls,
+after warm-up calls (compilation happens there).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ policies play the game the policy was trained on.
 
 from __future__ import annotations
 
+import pickle
 import time
 from pathlib import Path
 from typing import Callable
@@ -92,12 +93,9 @@ def load_policy_module(checkpoint: str | Path) -> tuple[torch.nn.Module, dict]:
         raise FileNotFoundError(f"mario-policy: {checkpoint} is not an RLlib algorithm checkpoint (no "
                                 f"{module_dir.relative_to(checkpoint)}); pass the checkpoint_NNNNNN folder that "
                                 "`rl-speed train` printed.")
-    import pickle
-
     with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
-        config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # (args, kwargs) -> args -> the AlgorithmConfig
-    env_config = dict(config.env_config) if not isinstance(config, dict) else dict(config.get("env_config", {}))
-    return RLModule.from_checkpoint(module_dir), env_config
+        config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # (args, kwargs) -> args -> the config's state dict
+    return RLModule.from_checkpoint(module_dir), dict(config.get("env_config", {}))
 
 
 def compare(module: torch.nn.Module, env_config: dict, episodes: int, epsilon: float = 0.05,

@@ -20,11 +20,12 @@ How (torch's "whole network capture" recipe):
   ``window=1`` (only the last value survives) are issued for the last minibatch of an ``update()`` only.
 
 FastDQN only: FastPPO's loss is RLlib's PPO loss, which averages over its loss mask by boolean indexing (a
-device-to-host sync that capture forbids). What a replay cannot see, and the config therefore refuses (``check_cuda_graph_keys``): a CPU learner, fp16's grad
-scaler (its scale and skip bookkeeping live in Python), a learning-rate or entropy schedule (the values are
-constants inside the captured kernels), several learners (the gradient all-reduce), and torch.compile modes that capture graphs
-themselves. Host-side state the step reads is frozen at capture; the step here reads none (the weights version
-used for the off-policyness metric is logged outside the graph). BatchNorm statistics, Adam's step count, the
+device-to-host sync that capture forbids). What a replay cannot see, and the config therefore refuses
+(``check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip bookkeeping live in Python), a
+learning-rate or entropy schedule (the values are constants inside the captured kernels), several learners (the
+gradient all-reduce), and torch.compile modes that capture graphs themselves. Host-side state the step reads is
+frozen at capture; the step here reads none (the weights version used for the off-policyness metric is logged
+outside the graph). BatchNorm statistics, Adam's step count, the
 skipped-update counter and the target network (synced in place by ``load_state_dict``) are device tensors updated
 in place, so they stay correct.
 
