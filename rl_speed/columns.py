@@ -1,21 +1,31 @@
-"""The columnar batch every rl_speed algorithm consumes: a dict of ``[T, N, ...]`` numpy arrays.
+"""The columnar batch every rl_speed algorithm consumes: a dict of ``[T, N, ...]`` numpy arrays, and the one home of
+its schema.
 
 A plain dict (not a class) so it crosses Ray's object store as a handful of large arrays with zero-copy reads.
-Keys (``N`` = env lanes of one runner, ``T`` = steps of one ``sample()`` call):
+``N`` = env lanes of one runner, ``T`` = steps of one ``BatchedEnvRunner.sample_columns()`` call. Every key:
 
-| key | shape | dtype | meaning |
-|---|---|---|---|
-| ``obs`` | ``[T + 1, N, ...]`` | the env's | ``obs[t]`` is what the module saw at step t; ``obs[T]`` the observation after the last step, so the next observation of step t is always ``obs[t + 1]`` |
-| ``actions`` | ``[T, N, ...]`` | the env's | the module's actions (a dict of such arrays for ``Dict`` action spaces) |
-| ``rewards`` | ``[T, N]`` | float32 | |
-| ``terminateds`` / ``truncateds`` | ``[T, N]`` | bool | the episode ended at step t (``obs[t + 1]`` is then its final observation) |
-| ``valid`` | ``[T, N]`` | bool | False for gymnasium NEXT_STEP autoreset steps: the step after an episode end only resets the env, its action is ignored, and it is not a transition |
-| ``action_logp`` | ``[T, N]`` | float32 | optional (policy-gradient modules): log-prob of ``actions`` |
-| ``vf_preds`` | ``[T, N]`` | float32 | optional: value estimates of ``obs[t]`` when the module computed them while acting |
+| key | shape | dtype | written by | read by |
+|---|---|---|---|---|
+| ``obs`` | ``[T + 1, N, ...]`` | the env's (a dict of such arrays for ``Dict`` spaces) | runner | buffer, PPO learner |
+| ``actions`` | ``[T, N, ...]`` | the env's (a dict for ``Dict`` action spaces) | runner | buffer, PPO learner |
+| ``rewards`` | ``[T, N]`` | float32 | runner | buffer, GAE |
+| ``terminateds`` / ``truncateds`` | ``[T, N]`` | bool | runner | buffer, GAE |
+| ``valid`` | ``[T, N]`` | bool | runner | buffer, GAE, PPO loss mask |
+| ``action_logp`` | ``[T, N]`` | float32 | runner (sampling modules, exploring) | PPO loss |
+| ``action_dist_inputs`` | ``[T, N, ...]`` | float32 | runner (sampling modules, exploring) | PPO's KL term |
+| ``vf_preds`` | ``[T, N]`` | float32 | runner (modules whose forward returns values) | nobody yet: the PPO learner recomputes values with the weights it trains (a documented output for users' analysis) |
+| ``is_first`` | ``[T, N]`` | bool | runner (stateful modules) | PPO learner: the recurrent state is reset there |
+| ``state_in`` | ``[T / L, N, ...]`` | float32 (a structure like the module's state) | runner (stateful modules) | PPO learner: the state at the start of each ``L``-step chunk |
 
-Because of NEXT_STEP autoreset, a valid step t is always followed by ``obs[t + 1]`` of the same episode: after a
-termination or truncation it is the final observation (truncations bootstrap from it), and the reset observation
-only arrives one step later, on the invalid step.
+``obs[t]`` is what the module saw at step t and ``obs[T]`` the observation after the last step, so the next
+observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds`` say the episode ended at step t
+(``obs[t + 1]`` is then its final observation). ``valid`` is False for gymnasium NEXT_STEP autoreset steps: the step
+after an episode end only resets the env, its action is ignored, and it is not a transition. So a valid step t is
+always followed by ``obs[t + 1]`` of the same episode: after a termination or truncation it is the final observation
+(truncations bootstrap from it), and the reset observation only arrives one step later, on the invalid step.
+
+Lanes are independent env copies, so column batches from several runners join along N (:func:`concat_lanes`) and a
+batch splits along N into one shard per learner without cutting any trajectory (:func:`split_lanes`).
 """
 
 from __future__ import annotations
@@ -26,18 +36,32 @@ import numpy as np
 import tree
 
 Columns = dict[str, Any]
-REQUIRED = ("obs", "actions", "rewards", "terminateds", "truncateds", "valid")
+
+OBS = "obs"
+ACTIONS = "actions"
+REWARDS = "rewards"
+TERMINATEDS = "terminateds"
+TRUNCATEDS = "truncateds"
+VALID = "valid"
+ACTION_LOGP = "action_logp"
+ACTION_DIST_INPUTS = "action_dist_inputs"
+VF_PREDS = "vf_preds"
+IS_FIRST = "is_first"
+STATE_IN = "state_in"
+
+REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
+#: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.
+PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, VF_PREDS, IS_FIRST)
 
 
 def num_steps(columns: Columns) -> int:
     """Number of real (valid) transitions in a column batch."""
-    return int(columns["valid"].sum())
+    return int(columns[VALID].sum())
 
 
 def next_obs(columns: Columns) -> Any:
     """``obs[1:]`` (a view, no copy): the observation after each step."""
-    obs = columns["obs"]
-    return {k: v[1:] for k, v in obs.items()} if isinstance(obs, dict) else obs[1:]
+    return tree.map_structure(lambda o: o[1:], columns[OBS])
 
 
 def check(columns: Columns) -> None:
@@ -45,12 +69,36 @@ def check(columns: Columns) -> None:
     missing = [k for k in REQUIRED if k not in columns]
     if missing:
         raise ValueError(f"Columns: missing keys {missing}; a column batch needs {list(REQUIRED)}.")
-    t, n = columns["rewards"].shape
-    for key in ("actions", "terminateds", "truncateds", "valid", "action_logp", "vf_preds"):
+    t, n = columns[REWARDS].shape
+    for key in PER_STEP:
         for value in tree.flatten(columns.get(key, [])):
             if value.shape[:2] != (t, n):
                 raise ValueError(f"Columns: `{key}` has shape {value.shape}, expected [{t}, {n}, ...].")
-    obs = columns["obs"]
-    for key, value in (obs.items() if isinstance(obs, dict) else [("obs", obs)]):
+    for value in tree.flatten(columns[OBS]):
         if np.shape(value)[:2] != (t + 1, n):
-            raise ValueError(f"Columns: `{key}` has shape {np.shape(value)}, expected [{t + 1}, {n}, ...] (T + 1 rows).")
+            raise ValueError(f"Columns: `obs` has shape {np.shape(value)}, expected [{t + 1}, {n}, ...] (T + 1 rows).")
+    for value in tree.flatten(columns.get(STATE_IN, [])):
+        if value.shape[1] != n or value.shape[0] < 1 or t % value.shape[0]:
+            raise ValueError(f"Columns: `state_in` has shape {value.shape}, expected [K, {n}, ...] with K dividing "
+                             f"T = {t} (one row per chunk).")
+
+
+def concat_lanes(batches: list[Columns]) -> Columns:
+    """Joins column batches of equal T side by side: ``[T, N1] + [T, N2] -> [T, N1 + N2]``."""
+    if len(batches) == 1:
+        return batches[0]
+    lengths = {b[REWARDS].shape[0] for b in batches}
+    if len(lengths) != 1:
+        raise ValueError(f"concat_lanes: runners returned different rollout lengths {sorted(lengths)}; every env "
+                         "runner must sample the same number of steps (same rollout_fragment_length).")
+    return tree.map_structure(lambda *xs: np.concatenate(xs, axis=1), *batches)
+
+
+def split_lanes(columns: Columns, num_shards: int) -> list[Columns]:
+    """Splits ``[T, N]`` columns into ``num_shards`` batches of ``N / num_shards`` lanes each (views, no copies)."""
+    n = columns[REWARDS].shape[1]
+    if n % num_shards:
+        raise ValueError(f"split_lanes: {n} lanes do not split evenly over {num_shards} learners; make "
+                         "num_envs_per_env_runner * max(1, num_env_runners) a multiple of num_learners.")
+    size = n // num_shards
+    return [tree.map_structure(lambda x: x[:, i * size:(i + 1) * size], columns) for i in range(num_shards)]

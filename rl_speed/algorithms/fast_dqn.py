@@ -2,19 +2,19 @@
 
 Same config keys, module and learner (loss) as RLlib's DQN; what changes is the data path of ``training_step``:
 
-    BatchedEnvRunner.sample() -> [T, N] columns -> BatchedReplayBuffer.add_batch (one call per runner)
+    BatchedEnvRunner.sample_columns() -> [T, N] columns -> BatchedReplayBuffer.add_batch (one call per runner)
     -> buffer.sample(k * B) (vectorized n-step, prioritized) -> learner_group.update(batch=..., minibatch_size=B)
 
 ``learner_group.update(batch=...)`` skips RLlib's episode-to-batch learner connector pipeline, and one call runs all
 ``k`` gradient steps the replay ratio asks for this iteration (k minibatches of B). Priorities are updated from the
 learner's per-sample TD errors after that call, and the target network follows ``target_network_update_freq`` as in
-DQN. Difference from stock DQN (stated, not hidden): the k minibatches of one iteration are drawn together, so the
+DQN. Each iteration reports where its time went (``rl_speed_profile``: sample, replay, learn, sync_weights; see
+:mod:`rl_speed.algorithms.telemetry`). Evaluation is RLlib's own. Difference from stock DQN (stated, not hidden): the k minibatches of one iteration are drawn together, so the
 later ones do not see priority changes from the earlier ones of the same iteration.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -36,16 +36,14 @@ from ray.rllib.utils.metrics import (
     REPLAY_BUFFER_ADD_DATA_TIMER,
     REPLAY_BUFFER_SAMPLE_TIMER,
     REPLAY_BUFFER_UPDATE_PRIOS_TIMER,
+    SYNCH_WORKER_WEIGHTS_TIMER,
     TD_ERROR_KEY,
-    TIMERS,
 )
 
-from rl_speed.algorithms.columnar import (
-    ColumnarConfigMixin,
-    ColumnSampler,
-    export_ray_metrics,
-    sync_weights_if_due,
-)
+from rl_speed import columns as C
+from rl_speed.algorithms.config import ColumnarConfigMixin
+from rl_speed.algorithms.sampling import ColumnSampler, sync_weights_if_due
+from rl_speed.algorithms.telemetry import PhaseTimer
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.columns import num_steps
 from rl_speed.learners.dqn import FastDQNTorchLearner
@@ -86,6 +84,8 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
     prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling; ``storage_device``
     (e.g. "cuda") keeps observations and actions as torch tensors on that device.
     """
+
+    supports_cuda_graph = True  # the DQN loss has no host syncs (see rl_speed.learners.cuda_graph)
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastDQN)
@@ -208,6 +208,7 @@ class FastDQN(DQN):
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
         self._sampler = ColumnSampler(self, streaming=True)  # replay takes batches as they come
         self._ratio_iteration, self._ratio_counts = -1, [0, 0]  # samples trained / env steps, this iteration
+        self._timer = PhaseTimer(self, ("sample", "replay", "learn", "sync_weights"))
 
     @property
     def replay_buffer(self) -> BatchedReplayBuffer:
@@ -216,19 +217,17 @@ class FastDQN(DQN):
     @override(DQN)
     def training_step(self) -> None:
         cfg = self.config
-        iteration_start = time.perf_counter()
-        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+        timer = self._timer
+        timer.begin_step()
+        with timer.phase("sample", ENV_RUNNER_SAMPLING_TIMER):
             samples = self._sampler.sample()
-        sample_seconds = time.perf_counter() - iteration_start
         self.metrics.aggregate([s.metrics for s in samples], key=ENV_RUNNER_RESULTS)
         sampled = 0
-        with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
+        with timer.phase("replay", REPLAY_BUFFER_ADD_DATA_TIMER):
             for worker_index, columns, *_ in samples:
                 lane = max(0, worker_index - 1) * self._lanes_per_runner
                 # obs with T + 1 rows and no next_obs: the buffer shares each frame between a step and the one before
-                self._buffer.add_batch({"obs": columns["obs"],
-                                        **{k: columns[k] for k in ("actions", "rewards", "terminateds",
-                                                                   "truncateds", "valid")}}, lane_start=lane)
+                self._buffer.add_batch({key: columns[key] for key in C.REQUIRED}, lane_start=lane)
                 sampled += num_steps(columns)
 
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
@@ -236,11 +235,9 @@ class FastDQN(DQN):
         self._update_credit += self._updates_owed(sampled, batch_size)
         num_updates = int(self._update_credit)
         self._update_credit -= num_updates
-        learn_start = time.perf_counter()
         learning = lifetime >= cfg.num_steps_sampled_before_learning_starts and num_updates > 0
         if learning:
             self._learn(num_updates, batch_size, lifetime)
-        learn_seconds = time.perf_counter() - learn_start
         self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
         if self._ratio_iteration != self.iteration:  # a train() call runs several training steps: sum over all
             self._ratio_iteration, self._ratio_counts = self.iteration, [0, 0]
@@ -250,13 +247,9 @@ class FastDQN(DQN):
                                "replay_ratio": self._ratio_counts[0] / max(1, self._ratio_counts[1])},
                               key=MONITOR_KEY, window=1)
 
-        sync_weights_if_due(self)
-        seconds = time.perf_counter() - iteration_start
-        export_ray_metrics(
-            self, {"rl_speed_env_steps_per_s": sampled / seconds,
-                   "rl_speed_learner_updates_per_s": (num_updates if learning else 0) / seconds,
-                   "rl_speed_replay_size": len(self._buffer)},
-            {"sample": sample_seconds / seconds, "learn": learn_seconds / seconds})
+        with timer.phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
+            sync_weights_if_due(self)
+        timer.report(sampled, num_updates if learning else 0, replay_size=len(self._buffer))
 
     def _updates_owed(self, sampled: int, batch_size: int) -> float:
         cfg = self.config
@@ -268,7 +261,8 @@ class FastDQN(DQN):
 
     def _learn(self, num_updates: int, batch_size: int, lifetime: int) -> None:
         cfg = self.config
-        with self.metrics.log_time((TIMERS, REPLAY_BUFFER_SAMPLE_TIMER)):
+        timer = self._timer
+        with timer.phase("replay", REPLAY_BUFFER_SAMPLE_TIMER):
             sample = self._buffer.sample(num_updates * batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
                                          beta=cfg.replay_buffer_config.get("beta"))
         train = SampleBatch({
@@ -276,7 +270,7 @@ class FastDQN(DQN):
             "rewards": sample["rewards"], "terminateds": sample["terminateds"],
             "n_step": sample["n_step"].astype(np.float32), "weights": sample["weights"],
         })
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+        with timer.phase("learn", LEARNER_UPDATE_TIMER):
             results = self.learner_group.update(
                 # Each minibatch inherits the batch's env_steps for RLlib's "trained" counters: give it one
                 # minibatch's worth, so k minibatches count k * B replayed steps, not k * k * B.
@@ -290,7 +284,7 @@ class FastDQN(DQN):
         self.metrics.log_value("num_learner_updates_lifetime", num_updates, reduce="lifetime_sum",
                                with_throughput=True)
         if cfg.prioritized and td_errors:
-            with self.metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
+            with timer.phase("replay", REPLAY_BUFFER_UPDATE_PRIOS_TIMER):
                 td = np.concatenate(td_errors)
                 if len(td) != len(sample["indices"]):
                     raise RuntimeError(f"FastDQN: got {len(td)} TD errors for {len(sample['indices'])} samples.")

@@ -2,20 +2,20 @@
 
 Same config keys, module and loss as RLlib's PPO; what changes is the data path of ``training_step``:
 
-    BatchedEnvRunner.sample() on every runner -> [T, N] columns, joined along N
+    BatchedEnvRunner.sample_columns() on every runner -> [T, N] columns, joined along N
     -> split along N into one shard per learner -> learner_group.update(batch / batches=...)
     -> FastPPOTorchLearner: values over [T + 1, N], GAE over [T, N] on the learner's device, num_epochs x minibatches
 
 No episode objects and no learner connector pipeline. Each iteration reports where its time went
-(``rl_speed_profile``: sampling, advantages, learning, weight sync, as seconds and shares of the iteration).
-Differences from stock PPO (stated, not hidden): ``batch_mode`` must be ``truncate_episodes``; env-to-module
-connectors (observation filters) do not apply (do them in the env or module); advantages are standardized over real
-steps only (NEXT_STEP reset steps are masked).
+(``rl_speed_profile``: sampling, advantages, learning, weight sync, as seconds and shares of the iteration; see
+:mod:`rl_speed.algorithms.telemetry`). Evaluation is RLlib's own (its ``sample()`` on the evaluation runners).
+Differences from stock PPO (stated, not hidden): ``batch_mode`` must be ``truncate_episodes`` for training;
+env-to-module connectors (observation filters) do not apply to training (do them in the env or module); advantages
+are standardized over real steps only (NEXT_STEP reset steps are masked).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
@@ -24,25 +24,23 @@ from ray.rllib.core import ALL_MODULES
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
     LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
     NUM_AGENT_STEPS_SAMPLED_LIFETIME,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
 )
 
-from rl_speed.algorithms.columnar import (
-    ColumnarConfigMixin,
-    ColumnSampler,
-    concat_lanes,
-    export_ray_metrics,
-    split_lanes,
-    sync_weights_if_due,
-)
-from rl_speed.columns import num_steps
+from rl_speed.algorithms.config import ColumnarConfigMixin
+from rl_speed.algorithms.sampling import ColumnSampler, sync_weights_if_due
+from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer
+from rl_speed.columns import concat_lanes, num_steps, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
-from rl_speed.modules.recurrent import RecurrentActorCritic
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
+from rl_speed.modules.recurrent import RecurrentActorCritic
 
-PROFILE_KEY = "rl_speed_profile"
+__all__ = ["PROFILE_KEY", "FastPPO", "FastPPOConfig"]
 
 
 class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
@@ -125,47 +123,37 @@ class FastPPO(PPO):
     def setup(self, config: Any) -> None:
         super().setup(config)
         self._sampler = ColumnSampler(self)
+        self._timer = PhaseTimer(self, ("sample", "advantages", "learn", "sync_weights"))
 
     @override(PPO)
     def training_step(self) -> None:
         cfg = self.config
-        profile: dict[str, float] = {}
-        iteration_start = start = time.perf_counter()
-        samples = self._sampler.sample()
-        profile["sample_s"] = time.perf_counter() - start
+        timer = self._timer
+        timer.begin_step()
+        with timer.phase("sample", ENV_RUNNER_SAMPLING_TIMER):
+            samples = self._sampler.sample()
         if not samples:  # every runner failed this iteration; with restart_failed_env_runners RLlib restarts them
             return
         self.metrics.aggregate([s.metrics for s in samples], key=ENV_RUNNER_RESULTS)
         columns = concat_lanes([s.columns for s in sorted(samples, key=lambda s: s.worker_index)])
 
-        start = time.perf_counter()
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
         num_learners = max(1, cfg.num_learners)
         data = ({"batch": columns} if num_learners == 1
                 else {"batches": split_lanes(columns, num_learners)})
-        results = self.learner_group.update(
-            **data, minibatch_size=cfg.minibatch_size, num_epochs=cfg.num_epochs,
-            shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
-            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime})
-        self.metrics.aggregate(results, key=LEARNER_RESULTS)
-        update_s = time.perf_counter() - start
-        profile["advantages_s"] = max(_peek(r.get(ALL_MODULES, {}).get(ADVANTAGES_TIME_KEY, 0.0)) for r in results)
-        profile["learn_s"] = update_s - profile["advantages_s"]
+        with timer.phase("learn", LEARNER_UPDATE_TIMER):
+            results = self.learner_group.update(
+                **data, minibatch_size=cfg.minibatch_size, num_epochs=cfg.num_epochs,
+                shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime})
+            self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        timer.move(max(_peek(r.get(ALL_MODULES, {}).get(ADVANTAGES_TIME_KEY, 0.0)) for r in results),
+                   "learn", "advantages")
 
-        start = time.perf_counter()
-        sync_weights_if_due(self)
-        profile["sync_weights_s"] = time.perf_counter() - start
-        profile = {k: float(v) for k, v in profile.items()}
-        total = sum(profile.values()) or 1.0
-        for key in ("sample", "advantages", "learn", "sync_weights"):
-            profile[f"{key}_share"] = profile[f"{key}_s"] / total
-        self.metrics.log_dict(profile, key=PROFILE_KEY, window=1)
-        seconds = time.perf_counter() - iteration_start
+        with timer.phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
+            sync_weights_if_due(self)
         sampled = num_steps(columns)
-        minibatches = cfg.num_epochs * max(1, -(-sampled // (cfg.minibatch_size or sampled)))
-        export_ray_metrics(self, {"rl_speed_env_steps_per_s": sampled / seconds,
-                                  "rl_speed_learner_updates_per_s": minibatches / seconds},
-                           {k[:-6]: v for k, v in profile.items() if k.endswith("_share")})
+        timer.report(sampled, cfg.num_epochs * max(1, -(-sampled // (cfg.minibatch_size or sampled))))
 
 
 def _peek(value: Any) -> float:

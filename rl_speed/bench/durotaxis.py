@@ -72,7 +72,7 @@ def learner_rates(repeats: int, device: str) -> list[str]:
         config.learners(num_gpus_per_learner=1)
     algo = config.build_algo()
     try:
-        columns = algo.env_runner.sample()
+        columns = algo.env_runner.sample_columns()
         learner = algo.learner_group._learner
         module_id = next(iter(learner.module.keys()))
         steps = columns["rewards"].size

@@ -16,7 +16,7 @@ import torch
 from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
 from rl_speed.bench.common import machine, median_seconds
-from rl_speed.connectors import vectorized_gae
+from rl_speed.gae import vectorized_gae
 
 SIZES = (4_096, 32_768, 262_144, 1_048_576)
 T = 256

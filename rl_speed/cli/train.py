@@ -11,6 +11,10 @@ from typing import Any, TextIO
 from rl_speed.cli.experiment_file import Experiment
 
 
+#: The phases of ``rl_speed_profile`` (rl_speed.algorithms.telemetry) and their names on the progress line.
+PHASE_LABELS = {"sample": "sample", "advantages": "gae", "replay": "replay", "learn": "learn", "sync_weights": "sync"}
+
+
 def progress_fields(result: dict) -> dict[str, float]:
     """The numbers the progress line shows, from one RLlib result dict (missing ones are NaN)."""
     nan = float("nan")
@@ -25,9 +29,8 @@ def progress_fields(result: dict) -> dict[str, float]:
         "env_steps_per_s": steps_this_iter / seconds,
         "return_mean": runners.get("episode_return_mean", nan),
         "time_total_s": result.get("time_total_s", nan),
-        # FastPPO's per-iteration profile (absent for other algorithms): shares of the iteration's time.
-        **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", nan)
-           for k in ("sample", "advantages", "learn", "sync_weights")},
+        # rl_speed's per-iteration profile (absent for stock algorithms): shares of the iteration's time per phase.
+        **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", nan) for k in PHASE_LABELS},
         # Collector and replay monitoring (FastDQN; the sampler keys also FastPPO): NaN where absent.
         "replay_size": result.get("replay_buffer", {}).get("size", nan),
         "loss": learner.get("qf_loss", learner.get("total_loss", nan)),
@@ -47,9 +50,10 @@ def _known(f: dict[str, float], key: str) -> bool:
 def format_progress(name: str, f: dict[str, float]) -> str:
     line = (f"{name} | iter {f['iteration']:,} | env steps {f['env_steps']:,.0f} | "
             f"{f['env_steps_per_s']:,.0f} env steps/s | return {f['return_mean']:.3f} | {f['time_total_s']:.0f} s")
-    if _known(f, "sample_share"):  # the algorithm reports where its time went
-        line += (f" | time: sample {f['sample_share']:.0%}, gae {f['advantages_share']:.0%}, "
-                 f"learn {f['learn_share']:.0%}, sync {f['sync_weights_share']:.0%}")
+    shares = [f"{label} {f[f'{phase}_share']:.0%}" for phase, label in PHASE_LABELS.items()
+              if _known(f, f"{phase}_share")]
+    if shares:  # the algorithm reports where its time went (FastPPO: gae; FastDQN: replay)
+        line += " | time: " + ", ".join(shares)
     if _known(f, "replay_size"):
         line += (f" | replay {f['replay_size']:,.0f} | loss {f['loss']:.3g} | td {f['td_error']:.3g} | "
                  f"eps {f['epsilon']:.2f} | ratio {f['replay_ratio']:.1f}")

@@ -1,5 +1,5 @@
-"""Learner-side pieces of the columnar path."""
+"""RLlib connector pieces: :class:`VectorizedGAE`, the drop-in for RLlib's GAE in stock PPO's learner pipeline."""
 
-from rl_speed.connectors.gae import standardize, vectorized_gae
+from rl_speed.connectors.vectorized_gae import VectorizedGAE
 
-__all__ = ["standardize", "vectorized_gae"]
+__all__ = ["VectorizedGAE"]

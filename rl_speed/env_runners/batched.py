@@ -1,13 +1,18 @@
-"""BatchedEnvRunner: an RLlib EnvRunner that returns ``[T, N]`` column arrays instead of episode objects.
+"""BatchedEnvRunner: an RLlib EnvRunner whose columnar method, :meth:`BatchedEnvRunner.sample_columns`, returns
+``[T, N]`` column arrays instead of episode objects.
 
 It subclasses RLlib's ``SingleAgentEnvRunner`` to keep everything RLlib already does right (env creation through
 ``vector_entry_point`` / sync vectorization, module construction, weight sync via ``get_state`` / ``set_state``,
-metrics plumbing, remote-actor behaviour) and replaces only ``sample()``: one module forward on the whole ``[N, ...]``
-observation batch per step, written straight into pre-allocated columns (see :mod:`rl_speed.columns`). The connector
-pipelines and per-env ``SingleAgentEpisode`` objects of the stock runner are not used on this path, so
-env-to-module connectors (observation filters, frame stacking) do not apply; do them in the env or the module.
+metrics plumbing, remote-actor behaviour) and adds one method: ``sample_columns()`` makes one module forward on the
+whole ``[N, ...]`` observation batch per step, written straight into pre-allocated columns (see
+:mod:`rl_speed.columns`). The connector pipelines and per-env ``SingleAgentEpisode`` objects of the stock runner are
+not used on that path, so env-to-module connectors (observation filters, frame stacking) do not apply to it.
 
-Episode returns and lengths are accumulated in arrays and reported under RLlib's usual keys
+RLlib's own ``sample()`` (episodes, through the connector pipelines) is inherited and works on the same runner: RLlib's
+evaluation, ``Algorithm.evaluate()`` and users' scripts call it. The two share the runner's env, so whichever runs
+after the other starts its episodes from a reset.
+
+Episode returns and lengths of the columnar path are accumulated in arrays and reported under RLlib's usual keys
 (``episode_return_mean``, ``episode_len_mean``, ``num_env_steps_sampled_lifetime``, ...), so Tune stop criteria,
 the progress line and dashboards work unchanged.
 """
@@ -42,6 +47,7 @@ from ray.rllib.utils.metrics import (
     SAMPLE_TIMER,
 )
 
+from rl_speed import columns as C
 from rl_speed.columns import Columns, num_steps
 
 
@@ -68,8 +74,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
     Use with ``config.env_runners(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=N,
     gym_env_vectorize_mode="vector_entry_point")`` (or ``"sync"`` for envs without a native vector form).
-    ``sample()`` returns a :data:`rl_speed.columns.Columns` dict; the runner keeps the env's state between calls, so
-    consecutive calls continue the same episodes.
+    ``sample_columns()`` returns a :data:`rl_speed.columns.Columns` dict; ``sample()`` is RLlib's (episodes).
     """
 
     @override(SingleAgentEnvRunner)
@@ -77,7 +82,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         _set_runner_threads(config, kwargs.get("worker_index", 0))
         super().__init__(config=config, **kwargs)
         n = self.num_envs
-        self._obs: Any = None  # [N, ...] last observation, continued across sample() calls
+        self._obs: Any = None  # [N, ...] last observation, continued across sample_columns() calls
         self._resetting = np.zeros(n, dtype=bool)  # lanes whose next step is a NEXT_STEP reset step
         self._episode_return = np.zeros(n, dtype=np.float64)
         self._episode_len = np.zeros(n, dtype=np.int64)
@@ -86,10 +91,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._recent = np.zeros((0, 3))  # the last `smoothing window` finished episodes, across calls
         self._num_finished = 0
         self.module.eval()  # this copy only acts; set once instead of on every forward call
-        # Recurrent modules: the state of every lane, carried across sample() calls, and which lanes' next
+        # Recurrent modules: the state of every lane, carried across sample_columns() calls, and which lanes' next
         # observation starts an episode (the state is reset there).
         self._state: Any = None
         self._is_first = np.ones(n, dtype=bool)
+        self._columnar = False  # sample_columns() has run: get_metrics() reports its episode window
 
     @functools.cached_property
     def _action_struct(self) -> Any:
@@ -98,13 +104,17 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         return get_base_struct_from_space(self.env.single_action_space)
 
     @override(SingleAgentEnvRunner)
-    def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None,
-               explore: bool | None = None, random_actions: bool = False, force_reset: bool = False,
-               **kwargs: Any) -> Columns:
-        """Steps all sub-envs ``T`` times, ``T = ceil(num_timesteps / N)`` or ``rollout_fragment_length``."""
-        if num_episodes is not None:
-            raise ValueError("BatchedEnvRunner samples fixed-length column batches; pass num_timesteps, not "
-                             "num_episodes (batch_mode='complete_episodes' is not supported).")
+    def sample(self, **kwargs: Any) -> list:
+        """RLlib's ``sample()``: episodes through the connector pipelines (evaluation, ``Algorithm.evaluate()``)."""
+        self._needs_initial_reset |= self._obs is not None  # the columnar path moved the env on: start over
+        self._obs = None  # and the next sample_columns() starts from a reset too
+        return super().sample(**kwargs)
+
+    def sample_columns(self, *, num_timesteps: int | None = None, explore: bool | None = None,
+                       random_actions: bool = False, force_reset: bool = False) -> Columns:
+        """Steps all N sub-envs ``T`` times, ``T = ceil(num_timesteps / N)`` or ``rollout_fragment_length``, and
+        returns the :mod:`rl_speed.columns` batch; consecutive calls continue the same episodes."""
+        self._columnar = True
         if explore is None:
             explore = self.config.explore
         n = self.num_envs
@@ -128,12 +138,12 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
     def _sample_steps(self, steps: int, explore: bool, random_actions: bool) -> Columns:
         n = self.num_envs
         columns: Columns = {
-            "obs": tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
-            "actions": tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype), self._action_struct),
-            "rewards": np.empty((steps, n), np.float32),
-            "terminateds": np.empty((steps, n), bool),
-            "truncateds": np.empty((steps, n), bool),
-            "valid": np.empty((steps, n), bool),
+            C.OBS: tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
+            C.ACTIONS: tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype), self._action_struct),
+            C.REWARDS: np.empty((steps, n), np.float32),
+            C.TERMINATEDS: np.empty((steps, n), bool),
+            C.TRUNCATEDS: np.empty((steps, n), bool),
+            C.VALID: np.empty((steps, n), bool),
         }
         # RLlib wraps the vector env in DictInfoToList, which rebuilds N info dicts per step; columns carry no
         # infos, so step the wrapped env directly.
@@ -148,20 +158,20 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             if self._state is None:
                 self._state = tree.map_structure(lambda s: s.expand(n, *s.shape).clone(),
                                                  self.module.get_initial_state())
-            columns["is_first"] = np.empty((steps, n), bool)
-            columns["state_in"] = tree.map_structure(
+            columns[C.IS_FIRST] = np.empty((steps, n), bool)
+            columns[C.STATE_IN] = tree.map_structure(
                 lambda s: np.empty((steps // horizon, *s.shape), np.float32), self._state)
         for t in range(steps):
-            _write(columns["obs"], t, self._obs)
+            _write(columns[C.OBS], t, self._obs)
             if stateful:
-                columns["is_first"][t] = self._is_first
+                columns[C.IS_FIRST][t] = self._is_first
                 if self._is_first.any():
                     first = torch.from_numpy(self._is_first)
                     with torch.inference_mode():  # the state tensors come from inference-mode forwards
                         for s in tree.flatten(self._state):
                             s[first] = 0.0
                 if t % horizon == 0:
-                    _write(columns["state_in"], t // horizon, tree.map_structure(lambda s: s.numpy(), self._state))
+                    _write(columns[C.STATE_IN], t // horizon, tree.map_structure(lambda s: s.numpy(), self._state))
             if random_actions:
                 actions, extra = self.env.action_space.sample(), {}
             else:
@@ -173,16 +183,16 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 columns[key][t] = value
             obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
             valid = ~self._resetting
-            _write(columns["actions"], t, actions)
-            columns["rewards"][t] = rewards
-            columns["terminateds"][t] = terminateds
-            columns["truncateds"][t] = truncateds
-            columns["valid"][t] = valid
+            _write(columns[C.ACTIONS], t, actions)
+            columns[C.REWARDS][t] = rewards
+            columns[C.TERMINATEDS][t] = terminateds
+            columns[C.TRUNCATEDS][t] = truncateds
+            columns[C.VALID][t] = valid
             self._track_episodes(rewards, terminateds | truncateds, valid)
             self._is_first = ~valid  # a reset step's next observation starts an episode
             self._resetting = terminateds | truncateds
             self._obs = obs
-        _write(columns["obs"], steps, self._obs)
+        _write(columns[C.OBS], steps, self._obs)
         return columns
 
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -211,11 +221,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                     dist = dist.to_deterministic()
                 actions = dist.sample()
                 if explore:
-                    extra["action_logp"] = dist.logp(actions).float().cpu().numpy()
+                    extra[C.ACTION_LOGP] = dist.logp(actions).float().cpu().numpy()
                     # PPO's KL term compares the learner's distribution with the one that acted.
-                    extra["action_dist_inputs"] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
+                    extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
             if RLlibColumns.VF_PREDS in out:
-                extra["vf_preds"] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
+                extra[C.VF_PREDS] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
             if RLlibColumns.STATE_OUT in out:
                 self._state = out[RLlibColumns.STATE_OUT]
         return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra
@@ -254,7 +264,13 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
     def get_metrics(self) -> dict:
         """Reports RLlib's episode keys as statistics over this runner's last ``metrics_num_episodes_for_smoothing``
         (divided among runners, as RLlib does) finished episodes: one ``log_value`` per key per call, where logging
-        each episode of hundreds of boards would cost more than sampling them."""
+        each episode of hundreds of boards would cost more than sampling them. Episodes of RLlib's own ``sample()``
+        are reported by RLlib's code, as on any runner."""
+        if self._columnar:
+            self._log_column_episodes()
+        return super().get_metrics()
+
+    def _log_column_episodes(self) -> None:
         if self._finished:
             window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing
                                       / (self.config.num_env_runners or 1)))
@@ -275,7 +291,6 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
         ):
             self.metrics.log_value(key, float(value), reduce=reduce, window=1)
-        return self.metrics.reduce()
 
 
 def _write(target: Any, t: int, value: Any) -> None:

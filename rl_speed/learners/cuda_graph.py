@@ -21,12 +21,12 @@ How (torch's "whole network capture" recipe):
 
 FastDQN only: FastPPO's loss is RLlib's PPO loss, which averages over its loss mask by boolean indexing (a
 device-to-host sync that capture forbids). What a replay cannot see, and the config therefore refuses
-(``check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip bookkeeping live in Python), a
-learning-rate or entropy schedule (the values are constants inside the captured kernels), several learners (the
-gradient all-reduce), and torch.compile modes that capture graphs themselves. Host-side state the step reads is
-frozen at capture; the step here reads none (the weights version used for the off-policyness metric is logged
-outside the graph). BatchNorm statistics, Adam's step count, the
-skipped-update counter and the target network (synced in place by ``load_state_dict``) are device tensors updated
+(``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip
+bookkeeping live in Python), a learning-rate or entropy schedule (the values are constants inside the captured
+kernels), several learners (the gradient all-reduce), and torch.compile modes that capture graphs themselves.
+Host-side state the step reads is frozen at capture; the step here reads none (the weights version used for the
+off-policyness metric is logged outside the graph). BatchNorm statistics, Adam's step count, the skipped-update
+counter and the target network (synced in place by ``load_state_dict``) are device tensors updated
 in place, so they stay correct.
 
 One trap (torch's, shown by a failed capture, not by wrong numbers): a tensor that keeps an autograd graph of the
@@ -42,41 +42,6 @@ from typing import Any, Callable
 
 import torch
 import tree
-
-
-def check_cuda_graph_keys(config: Any, name: str) -> None:
-    """Config-time errors for ``cuda_graph`` (called from every rl_speed config's ``validate``)."""
-    on = config.cuda_graph
-    if not isinstance(on, bool):
-        config._value_error(f"{name}: `cuda_graph`={on!r} must be true or false.")
-    if not on:
-        return
-    from rl_speed.algorithms.fast_dqn import FastDQN  # (here: the algorithms import this module)
-
-    problems = []
-    if not (isinstance(config.algo_class, type) and issubclass(config.algo_class, FastDQN)):
-        problems.append("it is for FastDQN only: RLlib's PPO loss, which FastPPO uses, averages over the loss mask "
-                        "by boolean indexing, a device-to-host sync that a CUDA graph cannot capture")
-    if not config.num_gpus_per_learner:
-        problems.append("it needs a CUDA learner (`num_gpus_per_learner: 1`)")
-    if config.mixed_precision == "fp16":
-        problems.append("fp16's grad scaler keeps its state in Python; use `mixed_precision: bf16`")
-    if not isinstance(config.lr, (int, float)):
-        problems.append(f"the learning rate must be a constant (got the schedule {config.lr!r}); the captured "
-                        "Adam kernel keeps the lr it was captured with")
-    entropy = getattr(config, "entropy_coeff", 0.0)
-    if not isinstance(entropy, (int, float)):
-        problems.append(f"the entropy coefficient must be a constant (got the schedule {entropy!r})")
-    if (config.num_learners or 0) > 1:
-        problems.append("several learners all-reduce gradients between processes; use `num_learners` 0 or 1")
-    if config.torch_compile_learner and config.torch_compile_learner_what_to_compile != "forward_train":
-        problems.append("torch.compile of the complete update does not compose with it; compile `forward_train`")
-    if config.torch_compile_learner and config.torch_compile_learner_dynamo_mode in (
-            "reduce-overhead", "max-autotune"):
-        problems.append(f"dynamo mode {config.torch_compile_learner_dynamo_mode!r} captures CUDA graphs itself; "
-                        "leave `torch_compile_learner_dynamo_mode` unset")
-    if problems:
-        config._value_error(f"{name}: `cuda_graph: true` cannot be used here: " + "; ".join(problems) + ".")
 
 
 class _RecordingMetrics:

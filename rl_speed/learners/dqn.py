@@ -25,14 +25,17 @@ from ray.rllib.algorithms.dqn.dqn_learner import (
 )
 from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.core.columns import Columns
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import TD_ERROR_KEY
 
-from rl_speed.learners.train_step import TrainStepMixin
+from rl_speed.learners.optimizer_step import OptimizerStepMixin
+from rl_speed.learners.update_loop import UpdateLoopMixin
 
 
-class FastDQNTorchLearner(TrainStepMixin, DQNTorchLearner):
+class FastDQNTorchLearner(UpdateLoopMixin, OptimizerStepMixin, DQNTorchLearner):
     """RLlib's DQNTorchLearner (loss, target updates) with one fused clip + finiteness check per update."""
 
+    @override(DQNTorchLearner)
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
         if config.num_atoms > 1 or Columns.LOSS_MASK in batch:
             return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)

@@ -29,7 +29,7 @@ from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 
-IS_FIRST = "is_first"
+from rl_speed.columns import IS_FIRST  # (the column schema owns the name)
 
 
 class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):

@@ -256,3 +256,21 @@ def test_epsilon_at_follows_dqns_piecewise_schedule():
     assert epsilon_at(0.1, 10**6) == 0.1
     assert epsilon_at([[0, 1.0], [100, 0.0]], 25) == pytest.approx(0.75)
     assert epsilon_at([[0, 1.0], [100, 0.05]], 10**6) == pytest.approx(0.05)
+
+
+def test_iteration_reports_its_time_split_over_all_training_steps(ray_session):
+    from rl_speed.algorithms.telemetry import PROFILE_KEY
+
+    # min_time_s_per_iteration makes one train() call run several training steps: the profile sums over all.
+    algo = _config().reporting(min_time_s_per_iteration=0.5).build_algo()
+    try:
+        algo.train()
+        result = algo.train()
+    finally:
+        algo.stop()
+    profile = result[PROFILE_KEY]
+    assert set(profile) == {f"{p}_{k}" for p in ("sample", "replay", "learn", "sync_weights") for k in ("s", "share")}
+    assert abs(sum(profile[k] for k in profile if k.endswith("_share")) - 1.0) < 1e-6
+    assert profile["learn_s"] > 0 and profile["replay_s"] > 0
+    assert 0.4 <= sum(profile[k] for k in profile if k.endswith("_s")) <= result["time_this_iter_s"]
+    assert result["timers"]["learner_update_timer"] > 0  # RLlib's own timer keys, from the same measurements

@@ -51,7 +51,7 @@ def _reference_gae(values, rewards, terminateds, truncateds, valid, gamma, lam):
 def test_learner_batch_matches_per_lane_reference(ray_session):
     algo = _config(gamma=0.9, lambda_=0.8).build_algo()
     try:
-        columns = algo.env_runner.sample()
+        columns = algo.env_runner.sample_columns()
         learner = algo.learner_group._learner
         flat = learner.compute_advantages(DEFAULT_MODULE_ID, columns)
         module = learner.module[DEFAULT_MODULE_ID]
@@ -117,7 +117,7 @@ def test_continuous_actions_through_sync_vectorization(ray_session):
     try:
         result = algo.train()
         assert result["env_runners"]["num_env_steps_sampled_lifetime"] == 64  # Pendulum only truncates at 200
-        columns = algo.env_runner.sample()
+        columns = algo.env_runner.sample_columns()
         assert columns["actions"].shape == (16, 4, 1) and columns["action_dist_inputs"].shape == (16, 4, 2)
         # What the env received is inside its bounds even when the module's raw action is not.
         sent = algo.env_runner._env_actions(np.array([[5.0], [-5.0], [0.0], [0.5]], np.float32))

@@ -40,8 +40,8 @@ def test_learner_chunks_replay_the_runner_recurrence(ray_session):
         train_batch_size_per_learner=128, minibatch_size=64).build_algo()
     try:
         runner = algo.env_runner
-        runner.sample()  # so the second rollout starts from a carried, non-zero state
-        columns = runner.sample()
+        runner.sample_columns()  # so the second rollout starts from a carried, non-zero state
+        columns = runner.sample_columns()
         assert columns["state_in"]["h"].shape == (2, 4, 32) and np.abs(columns["state_in"]["h"][0]).sum() > 0
         assert columns["is_first"].any() and not columns["is_first"].all()
         learner = algo.learner_group._learner

@@ -38,7 +38,7 @@ def _config(config_class=FastPPOConfig, envs: int = 8, **env_runners):
 def test_columns_carry_dict_actions_and_their_log_probs(ray_session):
     algo = _config(gym_env_vectorize_mode="vector_entry_point").build_algo()
     try:
-        columns = algo.env_runner.sample()
+        columns = algo.env_runner.sample_columns()
         actions = columns["actions"]
         assert set(actions) == {"spawn", "spawn_params", "delete_ratio"}
         assert actions["spawn"].shape == (16, 8, 12) and actions["spawn"].dtype == np.int8

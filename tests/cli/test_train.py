@@ -55,6 +55,16 @@ def test_progress_line_shows_where_fastppo_time_goes():
     assert "time:" not in format_progress("x", progress_fields(result))  # stock algorithms: no profile
 
 
+def test_progress_line_shows_where_fastdqn_time_goes():
+    from rl_speed.cli.train import format_progress, progress_fields
+
+    result = {"training_iteration": 3, "time_this_iter_s": 2.0, "time_total_s": 6.0,
+              "env_runners": {"num_env_steps_sampled": 1000, "num_env_steps_sampled_lifetime": 3000},
+              "rl_speed_profile": {"sample_share": 0.3, "replay_share": 0.2, "learn_share": 0.49,
+                                   "sync_weights_share": 0.01}}
+    assert "time: sample 30%, replay 20%, learn 49%, sync 1%" in format_progress("x", progress_fields(result))
+
+
 def test_progress_line_shows_collector_and_replay_monitoring():
     from rl_speed.cli.train import format_progress, progress_fields
 

@@ -31,7 +31,7 @@ def test_random_action_columns_replay_exactly_on_a_fresh_env():
     runner = _runner()
     runner.env.unwrapped.reset(seed=5)
     runner._obs = runner.env.unwrapped._observe()
-    cols = runner.sample(random_actions=True)
+    cols = runner.sample_columns(random_actions=True)
     check(cols)
     ref = SnakeVectorEnv(num_envs=8, **ENV_CONFIG)
     obs, _ = ref.reset(seed=5)
@@ -51,7 +51,7 @@ def test_done_steps_keep_the_final_observation_and_reset_steps_are_invalid():
     runner = _runner(t=200)
     runner.env.unwrapped.reset(seed=9)
     runner._obs = runner.env.unwrapped._observe()
-    cols = runner.sample(random_actions=True)
+    cols = runner.sample_columns(random_actions=True)
     ref = SnakeVectorEnv(num_envs=8, **ENV_CONFIG)
     ref.reset(seed=9)
     final_obs, observed = {}, []
@@ -79,7 +79,7 @@ def test_done_steps_keep_the_final_observation_and_reset_steps_are_invalid():
 
 def test_metrics_use_rllib_keys_and_count_only_real_steps():
     runner = _runner(t=100)
-    cols = runner.sample(random_actions=True)
+    cols = runner.sample_columns(random_actions=True)
     metrics = runner.get_metrics()
     assert metrics["num_env_steps_sampled"].peek() == cols["valid"].sum()
     assert metrics["num_env_steps_sampled_lifetime"].peek() == cols["valid"].sum()
@@ -91,15 +91,22 @@ def test_metrics_use_rllib_keys_and_count_only_real_steps():
 @pytest.mark.parametrize("algo", ["DQN", "PPO"])
 def test_module_actions_and_policy_outputs(algo):
     runner = _runner(algo, t=16)
-    cols = runner.sample()
+    cols = runner.sample_columns()
     assert cols["actions"].dtype == np.int64 and ((cols["actions"] >= 0) & (cols["actions"] < 4)).all()
     if algo == "PPO":
         assert cols["action_logp"].shape == (16, 8) and (cols["action_logp"] <= 0).all()
-    consecutive = runner.sample()
+    consecutive = runner.sample_columns()
     np.testing.assert_array_equal(consecutive["obs"][0], cols["obs"][-1])  # episodes continue across calls
 
 
-def test_complete_episode_mode_is_refused_clearly():
-    runner = _runner()
-    with pytest.raises(ValueError, match="num_episodes"):
-        runner.sample(num_episodes=3)
+def test_rllib_sample_returns_episodes_and_shares_the_env_with_the_columnar_path():
+    runner = _runner("PPO", t=16)
+    runner.sample_columns()
+    episodes = runner.sample(num_episodes=3, explore=False)  # RLlib's own sample(): evaluation calls it
+    assert len(episodes) >= 3 and all(e.is_done for e in episodes)
+    metrics = runner.get_metrics()
+    assert metrics["num_episodes"].peek() >= 3
+    columns = runner.sample_columns()  # starts again from a reset: every lane's first observation is a new episode
+    check(columns)
+    assert columns["valid"][0].all()
+    assert runner.sample(num_timesteps=32, explore=True)  # and back: a fresh set of episodes

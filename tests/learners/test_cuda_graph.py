@@ -15,7 +15,7 @@ from ray.rllib.utils.metrics import TD_ERROR_KEY
 
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
 from rl_speed.algorithms.fast_ppo import FastPPOConfig
-from rl_speed.learners.fast_update import NON_FINITE_SKIPPED
+from rl_speed.learners.optimizer_step import NON_FINITE_SKIPPED
 
 FRAMES = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
 ACTIONS = gym.spaces.Discrete(7)

@@ -12,7 +12,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.torch_utils import clip_gradients
 
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
-from rl_speed.learners.fast_update import NON_FINITE_SKIPPED
+from rl_speed.learners.optimizer_step import NON_FINITE_SKIPPED
 
 
 @pytest.fixture

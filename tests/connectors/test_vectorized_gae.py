@@ -16,8 +16,8 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
-from rl_speed.connectors.gae import flat_value_targets
-from rl_speed.connectors.gae_connector import VectorizedGAE
+from rl_speed.gae import flat_value_targets
+from rl_speed.connectors.vectorized_gae import VectorizedGAE
 from rl_speed.learners.ppo import VectorizedGAEPPOTorchLearner
 
 

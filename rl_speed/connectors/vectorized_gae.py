@@ -21,7 +21,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.numpy import convert_to_numpy
 
-from rl_speed.connectors.gae import flat_value_targets
+from rl_speed.gae import flat_value_targets
 
 
 class VectorizedGAE(GeneralAdvantageEstimation):

@@ -9,7 +9,7 @@ import torch
 
 from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
-from rl_speed.connectors import standardize, vectorized_gae
+from rl_speed.gae import standardize, vectorized_gae
 
 
 def _random_columns(rng, t_len, n):

@@ -1,4 +1,5 @@
-"""TrainStepMixin: how one optimizer step is computed, configured by keys every rl_speed algorithm has.
+"""OptimizerStepMixin: what one optimizer step of an rl_speed learner does, configured by keys every rl_speed
+algorithm has.
 
 * ``mixed_precision: off | bf16 | fp16``: the forward pass and the loss run under ``torch.autocast`` with that
   dtype (the backward follows autocast's casts; parameters, gradients and optimizer state stay fp32). fp16 adds a
@@ -11,14 +12,29 @@
   For a loss that is a mean over rows this is exactly the big-batch gradient, with 1/k of the activation memory.
   (BatchNorm is the exception: its statistics are per micro-batch.)
 
-The step keeps :class:`FastUpdateMixin`'s one fused norm/clip pass and its finiteness check (on the device on
-CUDA). torch.compile is RLlib's own switch (``torch_compile_learner: true``,
+The step has one fused norm/clip pass and one finiteness check (on the device on CUDA; see below). torch.compile is RLlib's own switch (``torch_compile_learner: true``,
 ``torch_compile_learner_what_to_compile: forward_train``), which compiles the module's ``forward_train``; it
 composes with both keys.
 
 * ``cuda_graph: true`` (CUDA learners): the whole step above is captured once as a CUDA graph and replayed
   (:mod:`rl_speed.learners.cuda_graph`), which removes the per-step Python and launch cost that bounds small
   models on a fast GPU. Composes with bf16, accumulation and compile of ``forward_train``.
+
+The fused update:
+
+RLlib's ``TorchLearner`` clips by global norm with a Python loop over parameters, then checks
+``torch.isfinite(grad).all()`` in a Python ``if`` for every parameter, twice (one device sync per parameter tensor on
+a GPU). Here the per-parameter norms come from one ``torch._foreach_norm`` call, clipping is one ``_foreach_mul_``,
+and a non-finite update is skipped (no optimizer step) and counted in ``num_non_finite_updates_skipped_lifetime``.
+On CUDA the skip never leaves the device: Adam runs fused and takes the "found inf" flag as a tensor (the mechanism
+``GradScaler`` uses), and the skip count is read once per ``update()`` call, so the CPU queues the next minibatch's
+kernels while the GPU still runs this one. On CPU the flag is read with one ``.item()`` per step. Gradients are
+zeroed with ``set_to_none=True`` by RLlib's ``compute_gradients`` already.
+
+Mix in after :class:`rl_speed.learners.update_loop.UpdateLoopMixin` (whose loop calls the step once per minibatch
+and sets ``is_last_minibatch``) and before the Torch learner: ``class L(UpdateLoopMixin, OptimizerStepMixin,
+DQNTorchLearner)``. Learners configured with RLlib's own grad scaler or torch LR schedulers fall back to RLlib's
+``apply_gradients``.
 """
 
 from __future__ import annotations
@@ -29,28 +45,16 @@ from typing import Any
 import torch
 import tree
 
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.utils.annotations import override
+
 from rl_speed.learners.cuda_graph import StepGraphs
-from rl_speed.learners.fast_update import FastUpdateMixin
 
 PRECISIONS = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 LOSS_SCALE_KEY = "fp16_loss_scale"
 #: learner-state key of the fp16 grad scaler (saved with the optimizer component: a restored run keeps its scale)
 GRAD_SCALER_STATE_KEY = "fp16_grad_scaler"
-
-
-def check_train_step_keys(config: Any, name: str) -> None:
-    """Config-time errors for the two keys (called from every rl_speed config's ``validate``)."""
-    mode = config.mixed_precision
-    if mode not in PRECISIONS:
-        config._value_error(f"{name}: `mixed_precision`={mode!r} is not one of {', '.join(PRECISIONS)}; use 'bf16' "
-                            "(CPU or GPU), 'fp16' (CUDA learners, with a grad scaler) or 'off'.")
-    if mode == "fp16" and not config.num_gpus_per_learner:
-        config._value_error(f"{name}: `mixed_precision`='fp16' needs a CUDA learner (fp16 autocast and its grad "
-                            "scaler are GPU features), but `num_gpus_per_learner` is 0; set "
-                            "`num_gpus_per_learner: 1`, or use 'bf16' on CPU.")
-    k = config.grad_accumulation_steps
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        config._value_error(f"{name}: `grad_accumulation_steps`={k!r} must be an integer >= 1 (1 = no accumulation).")
+NON_FINITE_SKIPPED = "num_non_finite_updates_skipped_lifetime"
 
 
 def micro_batches(batch: dict, k: int) -> list[tuple[float, dict]]:
@@ -72,9 +76,12 @@ def micro_batches(batch: dict, k: int) -> list[tuple[float, dict]]:
     return [((hi - lo) / rows, part(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-class TrainStepMixin(FastUpdateMixin):
-    """Mixed precision and gradient accumulation around RLlib's update step (see the module docstring)."""
+class OptimizerStepMixin:
+    """Precision, accumulation, fused clip, finite-skip, scaler state and graph dispatch (see the module docstring)."""
 
+    is_last_minibatch: bool = True  # set by the update loop
+
+    @override(TorchLearner)
     def build(self) -> None:
         super().build()  # type: ignore[misc]
         mode = getattr(self.config, "mixed_precision", "off")
@@ -93,6 +100,16 @@ class TrainStepMixin(FastUpdateMixin):
                                  f"scaler; this learner runs on {self._device} with mixed_precision={mode!r}.")
             self._step_graphs = StepGraphs(self, self._train_step)
 
+    @override(TorchLearner)
+    def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
+        params = self.get_parameters(self._module[module_id])
+        # fused (CUDA): one kernel per step and an on-device skip; foreach (CPU): multi-tensor kernels
+        # (capturable: its step count stays on the device, which a replayed CUDA graph needs)
+        kind = ({"fused": True, "capturable": bool(getattr(self.config, "cuda_graph", False))}
+                if self._device.type == "cuda" else {"foreach": True})
+        self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(params, **kind),
+                                params=params, lr_or_lr_schedule=config.lr)
+
     def _autocast(self) -> Any:
         if self._autocast_dtype is None:
             return contextlib.nullcontext()
@@ -101,6 +118,7 @@ class TrainStepMixin(FastUpdateMixin):
         return torch.autocast(device_type=self._device.type, dtype=self._autocast_dtype,
                               cache_enabled=self._step_graphs is None)
 
+    @override(TorchLearner)
     def _uncompiled_update(self, batch: dict, **kwargs: Any) -> tuple[Any, dict, dict]:
         if self._step_graphs is None and self._autocast_dtype is None and self._accumulation == 1:
             return super()._uncompiled_update(batch, **kwargs)  # type: ignore[misc]
@@ -131,20 +149,82 @@ class TrainStepMixin(FastUpdateMixin):
         self.apply_gradients(self.postprocess_gradients(gradients))
         return fwd_out, loss_per_module, {}
 
+    @override(TorchLearner)
     def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict:
         state = super().get_state(components, not_components=not_components, **kwargs)  # type: ignore[misc]
         if self._scaler is not None and self._check_component("optimizer", components, not_components):
             state[GRAD_SCALER_STATE_KEY] = self._scaler.state_dict()
         return state
 
+    @override(TorchLearner)
     def set_state(self, state: dict) -> None:
         super().set_state(state)  # type: ignore[misc]
         if self._scaler is not None and GRAD_SCALER_STATE_KEY in state:
             self._scaler.load_state_dict(state[GRAD_SCALER_STATE_KEY])
 
+    @override(TorchLearner)
+    def postprocess_gradients_for_module(self, *, module_id: str, config: Any = None,
+                                         module_gradients_dict: dict) -> dict:
+        grads = [g for g in module_gradients_dict.values() if g is not None]
+        if not grads:
+            return module_gradients_dict
+        norms = torch._foreach_norm(grads)  # one fused pass over all gradient tensors
+        global_norm = torch.linalg.vector_norm(torch.stack(norms))
+        if not hasattr(self, "_update_finite"):
+            self._update_finite: list[torch.Tensor] = []
+        self._update_finite.append(torch.isfinite(global_norm))  # checked once, in apply_gradients
+        clip = getattr(config, "grad_clip", None)
+        if clip is not None and getattr(config, "grad_clip_by", "global_norm") == "global_norm":
+            # Same rule as RLlib's clip_gradients: scale by clip / max(norm + 1e-6, clip), without a sync.
+            torch._foreach_mul_(grads, clip / torch.clamp(global_norm + 1e-6, min=clip))
+        elif clip is not None:
+            return super().postprocess_gradients_for_module(  # type: ignore[misc]
+                module_id=module_id, config=config, module_gradients_dict=module_gradients_dict)
+        return module_gradients_dict
+
+    @override(TorchLearner)
     def apply_gradients(self, gradients_dict: dict) -> None:
-        super().apply_gradients(gradients_dict)  # steps, or skips and counts an overflowed update
+        self._step_optimizers(gradients_dict)
         if self._scaler is not None:
             self._scaler.update()  # halves the scale after an overflow, doubles it after 2,000 clean steps
             if self.is_last_minibatch:
                 self.metrics.log_value(LOSS_SCALE_KEY, self._scaler.get_scale(), window=1)
+
+    def _step_optimizers(self, gradients_dict: dict) -> None:
+        """Steps every optimizer, or skips a non-finite update (counted)."""
+        finite_flags = getattr(self, "_update_finite", [])
+        if self._grad_scalers is not None or self._lr_scheduler_classes is not None:
+            finite_flags.clear()
+            super().apply_gradients(gradients_dict)  # type: ignore[misc]
+            return
+        optimizers = [self.get_optimizer(module_id, name)
+                      for module_id, names in self._module_optimizers.items() for name in names]
+        if finite_flags and all(o.defaults.get("fused") for o in optimizers):
+            found_inf = (~torch.stack(finite_flags).all()).float()  # stays on the device: no sync
+            finite_flags.clear()
+            for optimizer in optimizers:
+                optimizer.found_inf = found_inf  # the fused kernel skips the update (and the step count) if 1
+                optimizer.step()
+                optimizer.found_inf = None
+            if getattr(self, "_skipped_on_device", None) is None:
+                self._skipped_on_device = torch.zeros((), device=found_inf.device)
+            self._skipped_on_device.add_(found_inf)  # in place: a replayed CUDA graph of this step counts too
+            return
+        finite = bool(torch.stack(finite_flags).all().item()) if finite_flags else True  # the one device sync
+        finite_flags.clear()
+        if not finite:
+            self.metrics.log_value(NON_FINITE_SKIPPED, 1, reduce="lifetime_sum")
+            return
+        for optimizer in optimizers:
+            optimizer.step()
+
+    @override(TorchLearner)
+    def after_gradient_based_update(self, *, timesteps: dict) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
+        skipped = getattr(self, "_skipped_on_device", None)
+        if skipped is not None:  # read once per update() call: one device sync
+            count = int(skipped.item())
+            if count:
+                skipped.zero_()
+                self.metrics.log_value(NON_FINITE_SKIPPED, count, reduce="lifetime_sum")
+

@@ -13,8 +13,8 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
 from rl_speed.algorithms.fast_ppo import FastPPOConfig
-from rl_speed.learners.fast_update import NON_FINITE_SKIPPED
-from rl_speed.learners.train_step import GRAD_SCALER_STATE_KEY, micro_batches
+from rl_speed.learners.optimizer_step import NON_FINITE_SKIPPED
+from rl_speed.learners.optimizer_step import GRAD_SCALER_STATE_KEY, micro_batches
 
 TIMESTEPS = {"num_env_steps_sampled_lifetime": 0}
 

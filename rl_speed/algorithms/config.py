@@ -1,0 +1,144 @@
+"""ColumnarConfigMixin: the config keys every columnar algorithm adds to RLlib's, and every config-time check they
+share. Checks that belong to one algorithm live in its config class's ``validate``.
+
+Algorithm configs import this module, never the other way round: a check that depends on the algorithm asks the
+config (e.g. ``supports_cuda_graph``), not the algorithm's class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.utils.annotations import override
+
+from rl_speed.env_runners import BatchedEnvRunner
+from rl_speed.learners.optimizer_step import PRECISIONS
+
+
+class ColumnarConfigMixin:
+    """What every columnar algorithm config shares; mix in before RLlib's config class.
+
+    Defaults: the env runner is :class:`BatchedEnvRunner`. Keys (through ``training()``):
+
+    * ``sync_weights_every``: push learner weights to the env runners every this many iterations (default 1).
+    * ``async_sampling``: remote runners sample the next batch while the learner updates (see
+      :class:`rl_speed.algorithms.sampling.ColumnSampler`; default False).
+    * ``mixed_precision`` ("off" | "bf16" | "fp16") and ``grad_accumulation_steps`` (default 1): the learner's
+      update step (see :mod:`rl_speed.learners.optimizer_step`).
+    * ``cuda_graph`` (default False): a CUDA learner replays its whole optimizer step as one captured CUDA graph
+      (see :mod:`rl_speed.learners.cuda_graph`); only where ``supports_cuda_graph``.
+    """
+
+    #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
+    supports_cuda_graph: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env_runner_cls = BatchedEnvRunner
+        self.sync_weights_every: int = 1
+        self.async_sampling: bool = False
+        self.mixed_precision: str = "off"
+        self.grad_accumulation_steps: int = 1
+        self.cuda_graph: bool = False
+
+    @override(AlgorithmConfig)
+    def training(self, *, sync_weights_every: int = NotProvided, async_sampling: bool = NotProvided,
+                 mixed_precision: str = NotProvided, grad_accumulation_steps: int = NotProvided,
+                 cuda_graph: bool = NotProvided, **kwargs: Any) -> Any:
+        super().training(**kwargs)
+        if cuda_graph is not NotProvided:
+            self.cuda_graph = cuda_graph
+        if mixed_precision is not NotProvided:
+            self.mixed_precision = mixed_precision
+        if grad_accumulation_steps is not NotProvided:
+            self.grad_accumulation_steps = grad_accumulation_steps
+        if sync_weights_every is not NotProvided:
+            self.sync_weights_every = sync_weights_every
+        if async_sampling is not NotProvided:
+            self.async_sampling = async_sampling
+        return self
+
+    def validate_columnar(self, name: str) -> None:
+        """The shared checks; called first in each algorithm config's ``validate``."""
+        from rl_speed.registry import check_env_installed
+
+        check_env_installed(self.env)  # a missing optional extra (e.g. [mario]) fails here, with its install command
+        if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env):
+            self.gym_env_vectorize_mode = "vector_entry_point"  # the native vector env where the env has one
+        if not isinstance(self.async_sampling, bool):
+            self._value_error(f"{name}: `async_sampling`={self.async_sampling!r} must be true or false.")
+        if not isinstance(self.sync_weights_every, int) or self.sync_weights_every < 1:
+            self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
+        check_optimizer_step_keys(self, name)
+        check_cuda_graph_keys(self, name)
+        if not self.in_evaluation and self.batch_mode != "truncate_episodes":
+            self._value_error(f"{name}: `batch_mode` must be 'truncate_episodes' for training (columns have a fixed "
+                              "length); evaluation may use 'complete_episodes' (it samples RLlib's episodes).")
+        if self.num_envs_per_env_runner < 1:
+            self._value_error(f"{name}: `num_envs_per_env_runner`={self.num_envs_per_env_runner!r} must be >= 1.")
+
+
+def has_vector_entry_point(env: Any) -> bool:
+    """True if ``env`` names an rl_speed env or a gymnasium id with a native vector form."""
+    if not isinstance(env, str):
+        return False
+    from rl_speed.registry import ENVIRONMENTS
+
+    if env in ENVIRONMENTS:
+        return ENVIRONMENTS[env][1] is not None
+    try:
+        return gym.spec(env).vector_entry_point is not None
+    except Exception:
+        return False
+
+
+def check_optimizer_step_keys(config: Any, name: str) -> None:
+    """Config-time errors for ``mixed_precision`` and ``grad_accumulation_steps``."""
+    mode = config.mixed_precision
+    if mode not in PRECISIONS:
+        config._value_error(f"{name}: `mixed_precision`={mode!r} is not one of {', '.join(PRECISIONS)}; use 'bf16' "
+                            "(CPU or GPU), 'fp16' (CUDA learners, with a grad scaler) or 'off'.")
+    if mode == "fp16" and not config.num_gpus_per_learner:
+        config._value_error(f"{name}: `mixed_precision`='fp16' needs a CUDA learner (fp16 autocast and its grad "
+                            "scaler are GPU features), but `num_gpus_per_learner` is 0; set "
+                            "`num_gpus_per_learner: 1`, or use 'bf16' on CPU.")
+    k = config.grad_accumulation_steps
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        config._value_error(f"{name}: `grad_accumulation_steps`={k!r} must be an integer >= 1 (1 = no accumulation).")
+
+
+def check_cuda_graph_keys(config: Any, name: str) -> None:
+    """Config-time errors for ``cuda_graph``: everything a replayed graph cannot see (see
+    :mod:`rl_speed.learners.cuda_graph`)."""
+    on = config.cuda_graph
+    if not isinstance(on, bool):
+        config._value_error(f"{name}: `cuda_graph`={on!r} must be true or false.")
+    if not on:
+        return
+    problems = []
+    if not config.supports_cuda_graph:
+        problems.append("it is for FastDQN only: RLlib's PPO loss, which FastPPO uses, averages over the loss mask "
+                        "by boolean indexing, a device-to-host sync that a CUDA graph cannot capture")
+    if not config.num_gpus_per_learner:
+        problems.append("it needs a CUDA learner (`num_gpus_per_learner: 1`)")
+    if config.mixed_precision == "fp16":
+        problems.append("fp16's grad scaler keeps its state in Python; use `mixed_precision: bf16`")
+    if not isinstance(config.lr, (int, float)):
+        problems.append(f"the learning rate must be a constant (got the schedule {config.lr!r}); the captured "
+                        "Adam kernel keeps the lr it was captured with")
+    entropy = getattr(config, "entropy_coeff", 0.0)
+    if not isinstance(entropy, (int, float)):
+        problems.append(f"the entropy coefficient must be a constant (got the schedule {entropy!r})")
+    if (config.num_learners or 0) > 1:
+        problems.append("several learners all-reduce gradients between processes; use `num_learners` 0 or 1")
+    if config.torch_compile_learner and config.torch_compile_learner_what_to_compile != "forward_train":
+        problems.append("torch.compile of the complete update does not compose with it; compile `forward_train`")
+    if config.torch_compile_learner and config.torch_compile_learner_dynamo_mode in (
+            "reduce-overhead", "max-autotune"):
+        problems.append(f"dynamo mode {config.torch_compile_learner_dynamo_mode!r} captures CUDA graphs itself; "
+                        "leave `torch_compile_learner_dynamo_mode` unset")
+    if problems:
+        config._value_error(f"{name}: `cuda_graph: true` cannot be used here: " + "; ".join(problems) + ".")

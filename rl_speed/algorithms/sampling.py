@@ -1,0 +1,118 @@
+"""Moving column batches between the env runners and the algorithm: gather them each iteration (:class:`ColumnSampler`)
+and push the learners' weights back on a schedule (:func:`sync_weights_if_due`).
+
+Each runner samples into its own arrays and returns them whole (:class:`RunnerBatch`); nothing is shared between
+runners, so there is no lock to contend for and no per-transition message.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+from rl_speed.columns import Columns
+
+#: ColumnSampler's counters in the result dict, under ``SAMPLER_KEY`` (the seeds' collector monitoring).
+SAMPLER_KEY = "sampler"
+
+
+class RunnerBatch(NamedTuple):
+    """What one env runner hands over per call: whole ``[T, N]`` column arrays, never per-step messages."""
+
+    worker_index: int
+    columns: Columns
+    metrics: dict
+    weights_seq_no: int  # the weights the runner sampled with (RLlib's counter, raised by every sync)
+
+
+def _sample_runner(runner: Any) -> RunnerBatch:
+    return RunnerBatch(runner.worker_index, runner.sample_columns(), runner.get_metrics(), runner._weights_seq_no)
+
+
+class ColumnSampler:
+    """Gathers :class:`RunnerBatch` es from the env runners each iteration, and counts what happened to them.
+
+    With ``config.async_sampling`` (and remote runners) every runner starts its next batch as soon as it hands one
+    over, so sampling overlaps the learner's update instead of waiting for it. The price: each batch was sampled with
+    the weights from one sync earlier (the pushed weights queue behind the in-flight sample on each runner). PPO's
+    importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so they stay correct.
+
+    ``streaming=True`` (FastDQN: a replay buffer takes batches in any order and number): instead of waiting for
+    every runner, a call returns as soon as at least one batch is ready, and each runner that handed one over gets
+    its next request at once (RLlib's ``foreach_env_runner_async_fetch_ready``: fetch, then launch on idle runners),
+    so no runner waits for the slowest one. Otherwise (FastPPO: one train batch needs every runner's lanes) a call
+    waits for all runners' batches.
+
+    Result keys (``sampler/...``): ``batches_received_lifetime``; ``batches_dropped_lifetime`` (asked for but not
+    back by ``sample_timeout_s``: a failed, restarting or slow runner; in streaming mode a failed runner's lost request
+    shows in RLlib's fault-tolerance metrics instead); ``batches_stale_lifetime`` (sampled with
+    weights older than the newest pushed to the runners); ``weights_lag_max`` (by how many learner update calls,
+    this iteration); ``requests_in_flight`` (the queue: samples running on the runners after this call).
+    """
+
+    TAG = "rl_speed_columns"
+
+    def __init__(self, algo: Any, streaming: bool = False) -> None:
+        self.algo = algo
+        self.streaming = streaming
+        self._in_flight = 0
+
+    def sample(self) -> list[RunnerBatch]:
+        algo = self.algo
+        group = algo.env_runner_group
+        remote = group.num_remote_env_runners()
+        if not algo.config.async_sampling or remote == 0:
+            results = self._sample_all()
+            self._record(results, asked=max(1, remote))
+            return results
+        if self.streaming:
+            return self._stream()
+        if not self._in_flight:
+            self._launch()
+        results: list = []
+        deadline = time.monotonic() + (algo.config.sample_timeout_s or 60.0)
+        while len(results) < self._in_flight and time.monotonic() < deadline:
+            ready = group.fetch_ready_async_reqs(tags=self.TAG, timeout_seconds=1.0)
+            results += [result for _, result in ready]
+        asked, self._in_flight = self._in_flight, 0  # a runner that failed or timed out is dropped this iteration
+        self._launch()  # the next batch starts now, while the learner updates on this one
+        self._record(results, asked)
+        return results
+
+    def _sample_all(self) -> list[RunnerBatch]:
+        """A batch from every env runner, waiting for all; remote ones sample in parallel."""
+        algo = self.algo
+        if algo.env_runner_group.num_remote_env_runners() == 0:
+            return [_sample_runner(algo.env_runner)]
+        return algo.env_runner_group.foreach_env_runner(_sample_runner, local_env_runner=False,
+                                                        timeout_seconds=algo.config.sample_timeout_s)
+
+    def _stream(self) -> list[RunnerBatch]:
+        group = self.algo.env_runner_group
+        results: list = []
+        deadline = time.monotonic() + (self.algo.config.sample_timeout_s or 60.0)
+        while not results and time.monotonic() < deadline:
+            results += group.foreach_env_runner_async_fetch_ready(_sample_runner, tag=self.TAG, timeout_seconds=0.1)
+        self._in_flight = group.num_in_flight_async_reqs(tag=self.TAG)
+        self._record(results, asked=len(results))
+        return results
+
+    def _launch(self) -> None:
+        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(_sample_runner, tag=self.TAG)
+
+    def _record(self, results: list[RunnerBatch], asked: int) -> None:
+        local = self.algo.env_runner  # every sync reaches the local runner too: its version is the newest pushed
+        newest = local._weights_seq_no if local is not None else max((r.weights_seq_no for r in results), default=0)
+        lags = [max(0, newest - r.weights_seq_no) for r in results]
+        log = self.algo.metrics.log_value
+        log((SAMPLER_KEY, "batches_received_lifetime"), len(results), reduce="lifetime_sum")
+        log((SAMPLER_KEY, "batches_dropped_lifetime"), max(0, asked - len(results)), reduce="lifetime_sum")
+        log((SAMPLER_KEY, "batches_stale_lifetime"), sum(lag > 0 for lag in lags), reduce="lifetime_sum")
+        log((SAMPLER_KEY, "weights_lag_max"), max(lags, default=0), window=1)
+        log((SAMPLER_KEY, "requests_in_flight"), self._in_flight, window=1)
+
+
+def sync_weights_if_due(algo: Any) -> None:
+    """Pushes the learners' weights to the env runners every ``config.sync_weights_every`` iterations."""
+    if algo.iteration % algo.config.sync_weights_every == 0:
+        algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)

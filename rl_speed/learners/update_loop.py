@@ -1,0 +1,139 @@
+"""UpdateLoopMixin: the one minibatch loop of every rl_speed learner (epochs, shuffling, minibatch rows).
+
+RLlib's ``Learner.update`` wraps every minibatch in ``SampleBatch`` / ``MultiAgentBatch`` objects and logs steps,
+counters and timers per minibatch. Here a call whose data is ready for the loss runs as a lean loop instead: the
+batch becomes tensors on the learner's device once, each minibatch is a view (contiguous rows) or one gather (shuffled
+rows), and RLlib's bookkeeping is done once per call with the same totals. Two kinds of calls take it:
+
+* a column batch (``update(batch=columns)``, :mod:`rl_speed.columns`): the learner's :meth:`prepare_columns` turns it
+  into loss rows (FastPPO: values and GAE, then one row per step or per BPTT chunk);
+* a prepared single-module batch (``update(batch=MultiAgentBatch(...), minibatch_size=B)``, FastDQN's replay
+  samples).
+
+Everything else (episodes, data iterators, several modules) takes RLlib's own path. Each minibatch goes through
+``self._update`` (the optimizer step, :mod:`rl_speed.learners.optimizer_step`); ``is_last_minibatch`` tells a loss
+that it may skip statistics which only the last minibatch's value survives (``window=1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+import tree
+
+from ray.rllib.core import ALL_MODULES
+from ray.rllib.core.learner.learner import Learner
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    NUM_ENV_STEPS_TRAINED,
+    NUM_ENV_STEPS_TRAINED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
+
+from rl_speed.columns import REWARDS, VALID
+
+
+def is_column_batch(batch: Any) -> bool:
+    return isinstance(batch, dict) and VALID in batch and REWARDS in batch
+
+
+class LossRows(NamedTuple):
+    """A batch ready for the loop: tensors on the learner's device whose first axis is the row axis."""
+
+    module_id: str
+    batch: dict
+    minibatch_rows: int
+    module_steps: int  # steps one epoch trains, for RLlib's counters
+    env_steps: int
+
+
+class UpdateLoopMixin:
+    """See the module docstring. Mix in before the Torch learner class."""
+
+    #: False while an update() call has more minibatches to go: losses may skip window-1 statistics then.
+    is_last_minibatch: bool = True
+
+    @override(Learner)
+    def update(self, *args: Any, training_data: Any = None, timesteps: dict | None = None, num_epochs: int = 1,
+               minibatch_size: int | None = None, shuffle_batch_per_epoch: bool = False,
+               num_total_minibatches: int = 0, **kwargs: Any) -> Any:
+        columns = training_data is not None and is_column_batch(training_data.batch)
+        if not columns and (args or num_total_minibatches or kwargs.get("_no_metrics_reduce")
+                            or not self._is_prepared_batch(training_data, minibatch_size)):
+            return super().update(  # type: ignore[misc]
+                *args, training_data=training_data, timesteps=timesteps, num_epochs=num_epochs,
+                minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch,
+                num_total_minibatches=num_total_minibatches, **kwargs)
+        self._check_is_built()
+        if len(self.module) != 1:
+            raise ValueError(f"{type(self).__name__}: column batches are single-module; multi-agent envs take the "
+                             "batched (agents-as-lanes) form, whose agents share one policy.")
+        timesteps = timesteps or {}
+        self.before_gradient_based_update(timesteps=timesteps)
+        self._weights_seq_no += 1
+        if columns:
+            rows = self.prepare_columns(training_data.batch, minibatch_size)
+        else:
+            rows = self._prepared_rows(training_data, minibatch_size)
+        losses = self.run_minibatches(rows.module_id, rows.batch, rows.minibatch_rows, num_epochs=num_epochs,
+                                      shuffle=shuffle_batch_per_epoch)
+        self._log_update_totals(rows.module_id, rows.module_steps * num_epochs, rows.env_steps * num_epochs, losses)
+        self.after_gradient_based_update(timesteps=timesteps)
+        return self.metrics.reduce()
+
+    def _is_prepared_batch(self, training_data: Any, minibatch_size: int | None) -> bool:
+        return (training_data is not None and training_data.batch is not None and training_data.episodes is None
+                and not training_data.data_iterators and bool(minibatch_size) and len(self.module) == 1)
+
+    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> LossRows:
+        """Column batch -> loss rows; learners that train on columns implement it."""
+        raise ValueError(f"{type(self).__name__} does not train on column batches; pass a prepared batch or "
+                         "episodes.")
+
+    def _prepared_rows(self, training_data: Any, minibatch_size: int) -> LossRows:
+        training_data.validate()
+        training_data.solve_refs()
+        batch = self._make_batch_if_necessary(training_data=training_data)  # tensors on the learner's device
+        (module_id, module_batch), = batch.policy_batches.items()
+        rows = len(module_batch)
+        return LossRows(module_id, dict(module_batch), minibatch_size, rows,
+                        -(-rows // minibatch_size) * batch.env_steps())
+
+    def run_minibatches(self, module_id: str, batch: dict, minibatch_rows: int, *, num_epochs: int = 1,
+                        shuffle: bool = False) -> dict:
+        """``num_epochs`` passes over the rows of ``batch`` in minibatches of ``minibatch_rows`` (the last one may
+        be short), shuffled per epoch if asked; returns the last minibatch's losses per module."""
+        size = len(tree.flatten(batch)[0])
+        num_minibatches = -(-size // minibatch_rows)
+        loss_per_module: dict = {}
+        try:
+            for epoch in range(num_epochs):
+                order = torch.randperm(size, device=self._device) if shuffle else None
+                for i in range(num_minibatches):
+                    self.is_last_minibatch = epoch == num_epochs - 1 and i == num_minibatches - 1
+                    rows = slice(i * minibatch_rows, (i + 1) * minibatch_rows)
+                    index = order[rows] if order is not None else rows
+                    minibatch = tree.map_structure(lambda x: x[index], batch)
+                    _, loss_per_module, _ = self._update({module_id: minibatch})
+        finally:
+            self.is_last_minibatch = True
+        return loss_per_module
+
+    def _log_update_totals(self, module_id: str, module_steps: int, env_steps: int, loss_per_module: dict) -> None:
+        """What RLlib's update() logs per minibatch, logged once with the call's totals."""
+        self.metrics.log_value((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
+        self.metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum")
+        self.metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), module_steps, reduce="lifetime_sum",
+                               with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum",
+                               with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), module_steps,
+                               reduce="lifetime_sum", with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_ENV_STEPS_TRAINED), env_steps, reduce="sum", with_throughput=True)
+        self.metrics.log_value((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), env_steps, reduce="lifetime_sum",
+                               with_throughput=True)
+        for mid, loss in loss_per_module.items():
+            self.metrics.log_value(key=(mid, self.TOTAL_LOSS_KEY), value=loss, window=1)
