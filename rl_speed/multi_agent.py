@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.rllib.utils.annotations import override
 
 from rl_speed_envs.grid_arena import CONFIG_KEYS, GridArena
 
@@ -19,6 +20,7 @@ class GridArenaMultiAgentEnv(MultiAgentEnv):
 
     config_keys = CONFIG_KEYS  # what `env_config` may hold (checked by the CLI before Ray starts)
 
+    @override(MultiAgentEnv)
     def __init__(self, config: dict | None = None, **kwargs: Any) -> None:
         super().__init__()
         settings = {**(config or {}), **kwargs}
@@ -30,10 +32,12 @@ class GridArenaMultiAgentEnv(MultiAgentEnv):
         self.observation_spaces = {aid: self.arena.observation_space for aid in self.agents}
         self.action_spaces = {aid: self.arena.action_space for aid in self.agents}
 
+    @override(MultiAgentEnv)
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         obs = self.arena.reset(seed=seed)
         return dict(zip(self.agents, obs)), {}
 
+    @override(MultiAgentEnv)
     def step(self, action_dict: dict) -> tuple[dict, dict, dict, dict, dict]:
         missing = [aid for aid in self.agents if aid not in action_dict]
         if missing:

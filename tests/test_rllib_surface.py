@@ -96,3 +96,29 @@ def test_the_list_covers_every_private_rllib_name_in_the_learners_and_the_runner
     from_rllib = {name for name in used if any(hasattr(b, name) or _assigned(b, name) for b in bases)}
     unlisted = sorted(from_rllib - {name for _, _, name, _, _ in PRIVATE})
     assert not unlisted, f"private RLlib names used but not listed in PRIVATE: {unlisted}"
+
+
+def test_every_rllib_method_rl_speed_overrides_carries_override():
+    """``@override(Base)`` fails at import when a Ray release drops or renames the method; an undecorated override
+    would silently stop being called."""
+    import pkgutil
+
+    import rl_speed
+
+    undecorated = []
+    for info in pkgutil.walk_packages(rl_speed.__path__, "rl_speed."):
+        if info.name.startswith(("rl_speed.bench", "rl_speed.cli")):
+            continue
+        module = importlib.import_module(info.name)
+        for cls in vars(module).values():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            rllib_bases = [b for b in cls.__mro__[1:] if b.__module__.startswith("ray.")]
+            for name, value in vars(cls).items():
+                if (name.startswith("__") and name != "__init__") or not any(name in vars(b) for b in rllib_bases):
+                    continue
+                function = getattr(value, "__func__", value)
+                if callable(function) and not any("@override" in line
+                                                  for line in inspect.getsourcelines(function)[0][:4]):
+                    undecorated.append(f"{cls.__module__}.{cls.__name__}.{name}")
+    assert not undecorated, f"RLlib methods overridden without @override: {undecorated}"

@@ -35,6 +35,7 @@ class ColumnarConfigMixin:
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
     supports_cuda_graph: bool = False
 
+    @override(AlgorithmConfig)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.env_runner_cls = BatchedEnvRunner

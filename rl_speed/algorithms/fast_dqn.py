@@ -87,6 +87,7 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
 
     supports_cuda_graph = True  # the DQN loss has no host syncs (see rl_speed.learners.cuda_graph)
 
+    @override(DQNConfig)
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastDQN)
         self.train_every_env_steps: int | None = None

@@ -51,13 +51,9 @@ def machine() -> str:
 
 def tanh_mlp(inputs: int, outputs: int, hidden: list[int]) -> "torch.nn.Module":
     """The bare loops' network: ``hidden`` tanh layers and a linear output (RLlib's default MLP shape)."""
-    from torch import nn
+    from rl_speed.modules.layers import mlp
 
-    layers: list[nn.Module] = []
-    for width in hidden:
-        layers += [nn.Linear(inputs, width), nn.Tanh()]
-        inputs = width
-    return nn.Sequential(*layers, nn.Linear(inputs, outputs))
+    return mlp(inputs, hidden, "tanh", out_dim=outputs)[0]
 
 
 def train_rate(config: Any, iterations: int, warmup: int = 1, agents_per_step: int = 1) -> tuple[float, dict]:

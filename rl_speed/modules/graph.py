@@ -31,12 +31,9 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from rl_speed.modules.hybrid_distribution import HybridGraphDistribution, pack_inputs
+from rl_speed.modules.layers import mlp
 
 OBS_KEYS = ("nodes", "edges", "node_mask", "edge_mask")
-
-
-def _mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
 
 
 class MessagePassing(nn.Module):
@@ -85,12 +82,13 @@ class GraphActorCritic(TorchRLModule, ValueFunctionAPI):
                              f"delete_ratio), got {action}.")
         hidden = int(cfg.get("hidden", 64))
         features = obs["nodes"].shape[-1]
-        self.encoder = _mlp(features, hidden, hidden)
+        self.encoder, _ = mlp(features, [hidden], "relu", out_dim=hidden)
         self.layers = nn.ModuleList(MessagePassing(hidden) for _ in range(int(cfg.get("num_layers", 2))))
         graph = 2 * hidden + 1
-        self.node_head = _mlp(hidden + graph, hidden, 3)  # spawn logit, mean direction, mean distance
-        self.delete_head = _mlp(graph, hidden, 1)
-        self.value_head = _mlp(graph, hidden, 1)
+        # spawn logit, mean direction, mean distance
+        self.node_head, _ = mlp(hidden + graph, [hidden], "relu", out_dim=3)
+        self.delete_head, _ = mlp(graph, [hidden], "relu", out_dim=1)
+        self.value_head, _ = mlp(graph, [hidden], "relu", out_dim=1)
         self.spawn_log_std = nn.Parameter(torch.full((2,), -1.0))
         self.delete_log_std = nn.Parameter(torch.full((1,), -1.6))
         with torch.no_grad():

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ray.rllib.core.distribution.distribution import Distribution
+from ray.rllib.utils.annotations import override
 
 PER_NODE = 6
 GLOBAL = 2
@@ -74,20 +75,25 @@ class HybridGraphDistribution(Distribution):
         self.deterministic = deterministic
 
     @classmethod
+    @override(Distribution)
     def from_logits(cls, logits: torch.Tensor, **kwargs: Any) -> "HybridGraphDistribution":
         return cls(logits)
 
     @staticmethod
+    @override(Distribution)
     def required_input_dim(space: Any, **kwargs: Any) -> int:
         return int(space["spawn"].n) * PER_NODE + GLOBAL
 
+    @override(Distribution)
     def to_deterministic(self) -> "HybridGraphDistribution":
         return type(self)(self.inputs, deterministic=True)
 
+    @override(Distribution)
     def sample(self, *, sample_shape: tuple = (), **kwargs: Any) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             return self.rsample(sample_shape=sample_shape)
 
+    @override(Distribution)
     def rsample(self, *, sample_shape: tuple = (), **kwargs: Any) -> dict[str, torch.Tensor]:
         """The Gaussian parts are reparameterized; the spawn flags are discrete (no gradient)."""
         if sample_shape:
@@ -102,6 +108,7 @@ class HybridGraphDistribution(Distribution):
         spawn &= self.mask > 0  # no spawn request from an empty slot
         return {"spawn": spawn.to(torch.int8), "spawn_params": params, "delete_ratio": ratio}
 
+    @override(Distribution)
     def logp(self, value: dict[str, torch.Tensor], **kwargs: Any) -> torch.Tensor:
         spawn = value["spawn"].to(self.logits.dtype)
         bernoulli = -F.binary_cross_entropy_with_logits(self.logits, spawn, reduction="none")
@@ -110,12 +117,14 @@ class HybridGraphDistribution(Distribution):
         delete = _normal_logp(value["delete_ratio"].to(self.mu.dtype), self.mu_delete, self.log_std_delete)
         return per_node.sum(-1) + delete.sum(-1)
 
+    @override(Distribution)
     def entropy(self) -> torch.Tensor:
         p = torch.sigmoid(self.logits)
         bernoulli = F.binary_cross_entropy_with_logits(self.logits, p, reduction="none")
         per_node = self.mask * (bernoulli + p * _normal_entropy(self.log_std).sum(-1))
         return per_node.sum(-1) + _normal_entropy(self.log_std_delete).sum(-1)
 
+    @override(Distribution)
     def kl(self, other: "HybridGraphDistribution", **kwargs: Any) -> torch.Tensor:
         """KL(self | other); ``self``'s mask says which nodes exist (both describe the same observation)."""
         p = torch.sigmoid(self.logits)

@@ -41,6 +41,8 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.schedules.scheduler import Scheduler
 
+from rl_speed.modules.layers import ACTIVATIONS, cnn, mlp, nature_cnn
+
 
 class ObsPreprocessor(nn.Module):
     """Casts one observation ``Box`` to float on the module's device: one-hot for small-integer codes, /255 for
@@ -71,54 +73,6 @@ class ObsPreprocessor(nn.Module):
         return x.flatten(1)
 
 
-_ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh}
-
-
-def _mlp(in_dim: int, hiddens: list[int], activation: str) -> tuple[nn.Sequential, int]:
-    layers: list[nn.Module] = []
-    for width in hiddens:
-        layers += [nn.Linear(in_dim, width), _ACTIVATIONS[activation]()]
-        in_dim = width
-    return nn.Sequential(*layers), in_dim
-
-
-def _cnn(in_shape: tuple[int, ...], channels: list[int], hiddens: list[int],
-         activation: str) -> tuple[nn.Sequential, int]:
-    layers: list[nn.Module] = []
-    c = in_shape[0]
-    for out in channels:
-        layers += [nn.Conv2d(c, out, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
-        c = out
-    layers.append(nn.Flatten())
-    head, out_dim = _mlp(c * in_shape[1] * in_shape[2], hiddens, activation)
-    return nn.Sequential(*layers, *head), out_dim
-
-
-def _nature_cnn(in_shape: tuple[int, ...], hiddens: list[int], batch_norm: bool) -> tuple[nn.Sequential, int]:
-    """Mnih et al. (2015)'s encoder; with BatchNorm the conv bias is redundant (BN's shift replaces it)."""
-    layers: list[nn.Module] = []
-    c, h, w = in_shape
-    for out, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-        layers.append(nn.Conv2d(c, out, kernel_size=kernel, stride=stride, bias=not batch_norm))
-        if batch_norm:
-            layers.append(nn.BatchNorm2d(out))
-        layers.append(nn.ReLU(inplace=True))
-        c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
-    if h < 1 or w < 1:
-        raise ValueError(f"QNetModule: encoder 'nature' needs images of at least 36 x 36, got {in_shape[1:]}; "
-                         "use encoder 'cnn' for small grids.")
-    layers.append(nn.Flatten())
-    head, out_dim = _mlp(c * h * w, hiddens, "relu")
-    encoder = nn.Sequential(*layers, *head)
-    for m in encoder.modules():  # He init: keeps activation variance through ReLU layers
-        if isinstance(m, (nn.Conv2d, nn.Linear)):
-            nn.init.kaiming_normal_(m.weight, mode="fan_out" if isinstance(m, nn.Conv2d) else "fan_in",
-                                    nonlinearity="relu")
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-    return encoder, out_dim
-
-
 class QTorso(nn.Module):
     """Preprocess -> encoder -> Q head (optionally dueling). One instance is the online net, a copy the target."""
 
@@ -129,19 +83,19 @@ class QTorso(nn.Module):
         default_hiddens = [512] if kind == "nature" else [256, 256]
         hiddens = list(cfg.get("fcnet_hiddens", default_hiddens)) + list(cfg.get("head_fcnet_hiddens") or [])
         activation = cfg.get("fcnet_activation", "relu")
-        if activation not in _ACTIVATIONS:
+        if activation not in ACTIVATIONS:
             raise ValueError(f"QNetModule: model_config `fcnet_activation`={activation!r} is invalid; "
-                             f"use one of {', '.join(_ACTIVATIONS)}.")
+                             f"use one of {', '.join(ACTIVATIONS)}.")
         if kind == "nature" and len(self.pre.out_shape) != 3:
             raise ValueError(f"QNetModule: encoder 'nature' needs image observations [H, W, C], got "
                              f"{self.pre.shape}; use 'mlp'.")
         if kind == "nature":
-            self.encoder, dim = _nature_cnn(self.pre.out_shape, hiddens, bool(cfg.get("batch_norm", True)))
+            self.encoder, dim = nature_cnn(self.pre.out_shape, hiddens, bool(cfg.get("batch_norm", True)))
         elif kind == "cnn" and len(self.pre.out_shape) == 3:
-            self.encoder, dim = _cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens,
+            self.encoder, dim = cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens,
                                      activation)
         elif kind in ("mlp", "cnn"):
-            self.encoder, dim = _mlp(int(np.prod(self.pre.out_shape)), hiddens, activation)
+            self.encoder, dim = mlp(int(np.prod(self.pre.out_shape)), hiddens, activation)
         else:
             raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use 'mlp', 'cnn' or 'nature'.")
         self.flatten_input = kind == "mlp"

@@ -30,6 +30,7 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from rl_speed.columns import IS_FIRST  # (the column schema owns the name)
+from rl_speed.modules.layers import mlp
 
 
 class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
@@ -42,12 +43,7 @@ class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
         if not isinstance(space, gym.spaces.Box):
             raise ValueError(f"RecurrentActorCritic: observations must be a Box, got {space}.")
         self._obs_dims = len(space.shape)
-        layers: list[nn.Module] = []
-        width = int(np.prod(space.shape))
-        for hidden in cfg.get("fcnet_hiddens", [64]):
-            layers += [nn.Linear(width, hidden), nn.Tanh()]
-            width = hidden
-        self.encoder = nn.Sequential(*layers)
+        self.encoder, width = mlp(int(np.prod(space.shape)), list(cfg.get("fcnet_hiddens", [64])), "tanh")
         self.cell_size = int(cfg.get("lstm_cell_size", 64))
         self.lstm = nn.LSTMCell(width, self.cell_size)
         action = self.action_space

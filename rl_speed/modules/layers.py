@@ -1,0 +1,60 @@
+"""The network pieces rl_speed's modules (and the bare-torch benchmark loops) build from: one MLP builder and the
+two CNN encoders. Each returns ``(nn.Sequential, output width)``; the layer order (and so every state-dict key) is
+the same as the per-module builders these replaced, so checkpoints keep loading.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh}
+
+
+def mlp(in_dim: int, hiddens: list[int], activation: str = "tanh",
+        out_dim: int | None = None) -> tuple[nn.Sequential, int]:
+    """``Linear -> activation`` per hidden width, then a linear output layer if ``out_dim`` is given."""
+    layers: list[nn.Module] = []
+    for width in hiddens:
+        layers += [nn.Linear(in_dim, width), ACTIVATIONS[activation]()]
+        in_dim = width
+    if out_dim is not None:
+        layers.append(nn.Linear(in_dim, out_dim))
+        in_dim = out_dim
+    return nn.Sequential(*layers), in_dim
+
+
+def cnn(in_shape: tuple[int, ...], channels: list[int], hiddens: list[int],
+         activation: str) -> tuple[nn.Sequential, int]:
+    layers: list[nn.Module] = []
+    c = in_shape[0]
+    for out in channels:
+        layers += [nn.Conv2d(c, out, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
+        c = out
+    layers.append(nn.Flatten())
+    head, out_dim = mlp(c * in_shape[1] * in_shape[2], hiddens, activation)
+    return nn.Sequential(*layers, *head), out_dim
+
+
+def nature_cnn(in_shape: tuple[int, ...], hiddens: list[int], batch_norm: bool) -> tuple[nn.Sequential, int]:
+    """Mnih et al. (2015)'s encoder; with BatchNorm the conv bias is redundant (BN's shift replaces it)."""
+    layers: list[nn.Module] = []
+    c, h, w = in_shape
+    for out, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+        layers.append(nn.Conv2d(c, out, kernel_size=kernel, stride=stride, bias=not batch_norm))
+        if batch_norm:
+            layers.append(nn.BatchNorm2d(out))
+        layers.append(nn.ReLU(inplace=True))
+        c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
+    if h < 1 or w < 1:
+        raise ValueError(f"encoder 'nature' needs images of at least 36 x 36, got {in_shape[1:]}; "
+                         "use encoder 'cnn' for small grids.")
+    layers.append(nn.Flatten())
+    head, out_dim = mlp(c * h * w, hiddens, "relu")
+    encoder = nn.Sequential(*layers, *head)
+    for m in encoder.modules():  # He init: keeps activation variance through ReLU layers
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out" if isinstance(m, nn.Conv2d) else "fan_in",
+                                    nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    return encoder, out_dim
