@@ -13,7 +13,6 @@ A plain dict (not a class) so it crosses Ray's object store as a handful of larg
 | ``valid`` | ``[T, N]`` | bool | runner | buffer, GAE, PPO loss mask |
 | ``action_logp`` | ``[T, N]`` | float32 | runner (sampling modules, exploring) | PPO loss |
 | ``action_dist_inputs`` | ``[T, N, ...]`` | float32 | runner (sampling modules, exploring) | PPO's KL term |
-| ``vf_preds`` | ``[T, N]`` | float32 | runner (modules whose forward returns values) | nobody yet: the PPO learner recomputes values with the weights it trains (a documented output for users' analysis) |
 | ``is_first`` | ``[T, N]`` | bool | runner (stateful modules) | PPO learner: the recurrent state is reset there |
 | ``state_in`` | ``[T / L, N, ...]`` | float32 (a structure like the module's state) | runner (stateful modules) | PPO learner: the state at the start of each ``L``-step chunk |
 
@@ -23,6 +22,9 @@ observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds``
 after an episode end only resets the env, its action is ignored, and it is not a transition. So a valid step t is
 always followed by ``obs[t + 1]`` of the same episode: after a termination or truncation it is the final observation
 (truncations bootstrap from it), and the reset observation only arrives one step later, on the invalid step.
+
+Value estimates are not a column: the PPO learner computes them with the weights it trains, so a module's acting-time
+``vf_preds`` would never be read.
 
 Lanes are independent env copies, so column batches from several runners join along N (:func:`concat_lanes`) and a
 batch splits along N into one shard per learner without cutting any trajectory (:func:`split_lanes`).
@@ -45,13 +47,12 @@ TRUNCATEDS = "truncateds"
 VALID = "valid"
 ACTION_LOGP = "action_logp"
 ACTION_DIST_INPUTS = "action_dist_inputs"
-VF_PREDS = "vf_preds"
 IS_FIRST = "is_first"
 STATE_IN = "state_in"
 
 REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 #: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.
-PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, VF_PREDS, IS_FIRST)
+PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, IS_FIRST)
 
 
 def num_steps(columns: Columns) -> int:

@@ -224,8 +224,6 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                     extra[C.ACTION_LOGP] = dist.logp(actions).float().cpu().numpy()
                     # PPO's KL term compares the learner's distribution with the one that acted.
                     extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
-            if RLlibColumns.VF_PREDS in out:
-                extra[C.VF_PREDS] = out[RLlibColumns.VF_PREDS].float().cpu().numpy()
             if RLlibColumns.STATE_OUT in out:
                 self._state = out[RLlibColumns.STATE_OUT]
         return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra
