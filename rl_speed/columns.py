@@ -84,6 +84,25 @@ def check(columns: Columns) -> None:
                              f"T = {t} (one row per chunk).")
 
 
+def pack_struct(obs: Any) -> np.ndarray:
+    """A Dict / Tuple observation batch ``[T, N, ...]`` per leaf -> one ``[T, N]`` numpy structured array with a field
+    per leaf (named by its path), each in the leaf's own dtype and shape: uint8 leaves stay uint8 in a replay buffer
+    that stores one ``obs`` array. :func:`unpack_struct` reverses it."""
+    leaves = tree.flatten_with_path(obs)
+    rows = leaves[0][1].shape[:2]
+    dtype = np.dtype([("/".join(map(str, path)), leaf.dtype, leaf.shape[2:]) for path, leaf in leaves])
+    packed = np.empty(rows, dtype)
+    for path, leaf in leaves:
+        packed["/".join(map(str, path))] = leaf
+    return packed
+
+
+def unpack_struct(packed: np.ndarray, structure: Any) -> Any:
+    """The leaves of a :func:`pack_struct` array, back in ``structure`` (a Dict / Tuple observation of one step)."""
+    paths = ["/".join(map(str, path)) for path, _ in tree.flatten_with_path(structure)]
+    return tree.unflatten_as(structure, [packed[p] for p in paths])
+
+
 def concat_lanes(batches: list[Columns]) -> Columns:
     """Joins column batches of equal T side by side: ``[T, N1] + [T, N2] -> [T, N1 + N2]``."""
     if len(batches) == 1:

@@ -80,6 +80,8 @@ class ColumnarConfigMixin:
                               "length); evaluation may use 'complete_episodes' (it samples RLlib's episodes).")
         if self.num_envs_per_env_runner < 1:
             self._value_error(f"{name}: `num_envs_per_env_runner`={self.num_envs_per_env_runner!r} must be >= 1.")
+        if not self.in_evaluation:
+            check_connectors(self, name)
 
 
 def has_vector_entry_point(env: Any) -> bool:
@@ -94,6 +96,74 @@ def has_vector_entry_point(env: Any) -> bool:
         return gym.spec(env).vector_entry_point is not None
     except Exception:
         return False
+
+
+def probe_spaces(config: Any) -> tuple[gym.Space, gym.Space]:
+    """The env's single observation and action spaces: from the config if given, else from one env instance built
+    on the driver (for checks that must run before RLlib builds runners and modules)."""
+    if config.observation_space is not None and config.action_space is not None:
+        return config.observation_space, config.action_space
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    env_config = dict(config.env_config)
+    if isinstance(config.env, str) and _global_registry.contains(ENV_CREATOR, config.env):
+        env = _global_registry.get(ENV_CREATOR, config.env)(env_config)
+    elif callable(config.env):
+        env = config.env(env_config)
+    else:
+        env = gym.make(config.env, **env_config)
+    try:
+        return (config.observation_space or getattr(env, "single_observation_space", env.observation_space),
+                config.action_space or getattr(env, "single_action_space", env.action_space))
+    finally:
+        env.close()
+
+
+def check_connectors(config: Any, name: str) -> None:
+    """Every connector setting is honoured on the columnar path or refused here, before Ray starts.
+
+    Env-to-module pieces run in their columnar forms (:mod:`rl_speed.connectors.env_to_module`); the learner and
+    module-to-env pipelines do not exist on the columnar path (the learner gets columns, the runner computes actions
+    itself), so custom pieces there are refused, except RLlib's ``FrameStackingLearner``, whose work the columns
+    already hold (the runner stores the stacked frames its env-to-module counterpart makes).
+    """
+    from ray.rllib.connectors.common.frame_stacking import FrameStacking
+    from ray.rllib.env import INPUT_ENV_SINGLE_SPACES
+
+    from rl_speed.connectors.env_to_module import UnsupportedConnector, columnar_pipeline
+
+    for key in ("env_to_module", "module_to_env", "learner"):
+        if not getattr(config, f"add_default_connectors_to_{key}_pipeline"):
+            config._value_error(f"{name}: `add_default_connectors_to_{key}_pipeline=False` asks for a hand-built "
+                                f"{key.replace('_', '-')} pipeline, which the columnar path does not run; leave it "
+                                "True, or use stock RLlib.")
+    if config._module_to_env_connector is not None:
+        config._value_error(f"{name}: `module_to_env_connector` pieces do not run on the columnar path (the runner "
+                            "samples actions from the module's outputs itself); post-process actions in the env "
+                            "(a gymnasium wrapper) or the RLModule, or use stock RLlib.")
+    if config._env_to_module_connector is None and config._learner_connector is None:
+        return
+    obs_space, act_space = probe_spaces(config)
+    if config._env_to_module_connector is not None:
+        try:
+            pipeline = config.build_env_to_module_connector(
+                spaces={INPUT_ENV_SINGLE_SPACES: (obs_space, act_space)})
+        except Exception as e:  # RLlib's own pieces fail here on spaces they cannot take
+            config._value_error(f"{name}: `env_to_module_connector` could not be built for the env's spaces "
+                                f"(observations {obs_space}, actions {act_space}): {type(e).__name__}: {e}")
+        try:
+            columnar_pipeline(pipeline, num_lanes=1)
+        except UnsupportedConnector as e:
+            config._value_error(f"{name}: `env_to_module_connector`: {e}")
+    if config._learner_connector is not None:
+        pieces = config._learner_connector(obs_space, act_space)
+        pieces = list(pieces) if isinstance(pieces, (list, tuple)) else [pieces]
+        others = [type(p).__name__ for p in pieces
+                  if not (isinstance(p, FrameStacking) and p._as_learner_connector)]  # FrameStackingLearner
+        if others:
+            config._value_error(f"{name}: `learner_connector` pieces {others} do not run on the columnar path (the "
+                                "learner trains on columns, not episodes); do the work in an env-to-module piece "
+                                "with a columnar form, the env, or the RLModule, or use stock RLlib.")
 
 
 def check_optimizer_step_keys(config: Any, name: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import tree
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.dqn import DQN, DQNConfig
@@ -41,7 +42,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_speed import columns as C
-from rl_speed.algorithms.config import ColumnarConfigMixin
+from rl_speed.algorithms.config import ColumnarConfigMixin, probe_spaces
 from rl_speed.algorithms.sampling import ColumnSampler, sync_weights_if_due
 from rl_speed.algorithms.telemetry import PhaseTimer
 from rl_speed.buffers import BatchedReplayBuffer
@@ -161,25 +162,6 @@ def _buffer_type_name(replay_buffer_config: dict) -> str:
     return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
 
 
-def _single_action_space(config: Any) -> gym.Space:
-    """The env's single action space: from the config if given, else from one env instance built on the driver."""
-    if config.action_space is not None:
-        return config.action_space
-    from ray.tune.registry import ENV_CREATOR, _global_registry
-
-    env_config = dict(config.env_config)
-    if isinstance(config.env, str) and _global_registry.contains(ENV_CREATOR, config.env):
-        env = _global_registry.get(ENV_CREATOR, config.env)(env_config)
-    elif callable(config.env):
-        env = config.env(env_config)
-    else:
-        env = gym.make(config.env, **env_config)
-    try:
-        return getattr(env, "single_action_space", env.action_space)
-    finally:
-        env.close()
-
-
 class FastDQN(DQN):
     """DQN whose training step moves ``[T, N]`` columns, never episode objects (see the module docstring)."""
 
@@ -194,7 +176,7 @@ class FastDQN(DQN):
 
     @override(DQN)
     def setup(self, config: Any) -> None:
-        action_space = _single_action_space(config)  # checked before RLlib builds modules that would fail obscurely
+        _, action_space = probe_spaces(config)  # checked before RLlib builds modules that would fail obscurely
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"FastDQN needs a Discrete action space; {config.env!r} has {action_space}. "
                              "Use PPO/FastPPO or SAC for continuous actions.")
@@ -210,6 +192,7 @@ class FastDQN(DQN):
         self._sampler = ColumnSampler(self, streaming=True)  # replay takes batches as they come
         self._ratio_iteration, self._ratio_counts = -1, [0, 0]  # samples trained / env steps, this iteration
         self._timer = PhaseTimer(self, ("sample", "replay", "learn", "sync_weights"))
+        self._obs_structure: Any = None  # the leaves of Dict / Tuple observations (None: plain arrays)
 
     @property
     def replay_buffer(self) -> BatchedReplayBuffer:
@@ -228,7 +211,8 @@ class FastDQN(DQN):
             for worker_index, columns, *_ in samples:
                 lane = max(0, worker_index - 1) * self._lanes_per_runner
                 # obs with T + 1 rows and no next_obs: the buffer shares each frame between a step and the one before
-                self._buffer.add_batch({key: columns[key] for key in C.REQUIRED}, lane_start=lane)
+                self._buffer.add_batch({**{key: columns[key] for key in C.REQUIRED},
+                                        C.OBS: self._buffer_obs(columns[C.OBS])}, lane_start=lane)
                 sampled += num_steps(columns)
 
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
@@ -252,6 +236,23 @@ class FastDQN(DQN):
             sync_weights_if_due(self)
         timer.report(sampled, num_updates if learning else 0, replay_size=len(self._buffer))
 
+    def _buffer_obs(self, obs: Any) -> np.ndarray:
+        """Dict / Tuple observations are stored as one structured array (a field per leaf, each in its own dtype:
+        uint8 stays uint8) and unpacked after sampling; arrays are stored as they are."""
+        if isinstance(obs, np.ndarray):
+            return obs
+        if self._buffer.device is not None:
+            raise ValueError("FastDQN: `replay_buffer_config.storage_device` keeps observations as torch tensors, "
+                             "which cannot hold Dict / Tuple observations; drop `storage_device` or flatten the "
+                             "observations (env_to_module_connector=lambda env, spaces, device: "
+                             "FlattenObservations()).")
+        if self._obs_structure is None:
+            self._obs_structure = tree.map_structure(lambda _: None, obs)
+        return C.pack_struct(obs)
+
+    def _unpack_obs(self, obs: Any) -> Any:
+        return obs if self._obs_structure is None else C.unpack_struct(obs, self._obs_structure)
+
     def _updates_owed(self, sampled: int, batch_size: int) -> float:
         cfg = self.config
         if cfg.train_every_env_steps is not None:
@@ -267,7 +268,7 @@ class FastDQN(DQN):
             sample = self._buffer.sample(num_updates * batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
                                          beta=cfg.replay_buffer_config.get("beta"))
         train = SampleBatch({
-            "obs": sample["obs"], "new_obs": sample["next_obs"], "actions": sample["actions"],
+            "obs": self._unpack_obs(sample["obs"]), "new_obs": self._unpack_obs(sample["next_obs"]), "actions": sample["actions"],
             "rewards": sample["rewards"], "terminateds": sample["terminateds"],
             "n_step": sample["n_step"].astype(np.float32), "weights": sample["weights"],
         })

@@ -44,9 +44,10 @@ print("ROWS=" + json.dumps(rows))
 def measure(checkout: Path, iterations: int, seconds: float) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{checkout}{os.pathsep}{checkout / 'envs'}"}
     code = CHILD.replace("ITERATIONS", str(iterations)).replace("SECONDS", str(seconds))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
-                         cwd=checkout).stdout
-    return json.loads(next(line for line in out.splitlines() if line.startswith("ROWS="))[5:])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=checkout)
+    if proc.returncode:
+        raise RuntimeError(f"measuring {checkout} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("ROWS="))[5:])
 
 
 def main() -> None:
@@ -61,11 +62,15 @@ def main() -> None:
     for _ in range(args.repeats):
         for version in ("old", "new"):
             runs[version].append(measure(getattr(args, version).resolve(), args.iterations, args.seconds))
-    print(f"| row | old ({args.old}) | new ({args.new}) | new / old |")
+    print(f"| row | old ({args.old}): median (min-max) | new ({args.new}): median (min-max) | new / old |")
     print("|---|---:|---:|---:|")
     for row in runs["old"][0]:
-        old, new = (statistics.median(r[row] for r in runs[v]) for v in ("old", "new"))
-        print(f"| {row} | {old:,.0f} | {new:,.0f} | {new / old:.2f} |")
+        cells, medians = [], []
+        for version in ("old", "new"):
+            values = [r[row] for r in runs[version]]
+            medians.append(statistics.median(values))
+            cells.append(f"{medians[-1]:,.0f} ({min(values):,.0f}-{max(values):,.0f})")
+        print(f"| {row} | {cells[0]} | {cells[1]} | {medians[1] / medians[0]:.2f} |")
 
 
 if __name__ == "__main__":

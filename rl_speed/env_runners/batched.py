@@ -5,8 +5,10 @@ It subclasses RLlib's ``SingleAgentEnvRunner`` to keep everything RLlib already 
 ``vector_entry_point`` / sync vectorization, module construction, weight sync via ``get_state`` / ``set_state``,
 metrics plumbing, remote-actor behaviour) and adds one method: ``sample_columns()`` makes one module forward on the
 whole ``[N, ...]`` observation batch per step, written straight into pre-allocated columns (see
-:mod:`rl_speed.columns`). The connector pipelines and per-env ``SingleAgentEpisode`` objects of the stock runner are
-not used on that path, so env-to-module connectors (observation filters, frame stacking) do not apply to it.
+:mod:`rl_speed.columns`). The per-env ``SingleAgentEpisode`` objects and connector pipelines of the stock runner are
+not used on that path: the env-to-module pieces a user configured run in their columnar forms
+(:mod:`rl_speed.connectors.env_to_module`, once per step on all N lanes; a piece without one is refused), and the
+columns hold what the module saw.
 
 RLlib's own ``sample()`` (episodes, through the connector pipelines) is inherited and works on the same runner: RLlib's
 evaluation, ``Algorithm.evaluate()`` and users' scripts call it. The two share the runner's env, so whichever runs
@@ -48,6 +50,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_speed import columns as C
+from rl_speed.connectors import env_to_module as connectors
 from rl_speed.columns import Columns, num_steps
 
 
@@ -96,6 +99,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._state: Any = None
         self._is_first = np.ones(n, dtype=bool)
         self._columnar = False  # sample_columns() has run: get_metrics() reports its episode window
+        # The columnar forms of the env-to-module pieces the user configured (RLlib built its pipeline above): an
+        # unsupported piece fails here, while the algorithm is built, before any training.
+        self._connectors = connectors.columnar_pipeline(self._env_to_module, n)
 
     @functools.cached_property
     def _action_struct(self) -> Any:
@@ -122,7 +128,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                  else self.config.get_rollout_fragment_length(self.worker_index))
         with self.metrics.log_time(SAMPLE_TIMER):
             if self._obs is None or force_reset:
-                self._obs, _ = self.env.reset()
+                raw_obs, _ = self.env.reset()
+                self._obs = connectors.apply(self._connectors, raw_obs, connectors.Step(np.ones(self.num_envs, bool)))
                 self._resetting[:] = False
                 self._is_first[:] = True
                 self._episode_return[:] = 0.0
@@ -181,7 +188,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 if key not in columns:
                     columns[key] = np.empty((steps, n, *value.shape[1:]), value.dtype)
                 columns[key][t] = value
-            obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
+            raw_obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
             valid = ~self._resetting
             _write(columns[C.ACTIONS], t, actions)
             columns[C.REWARDS][t] = rewards
@@ -190,6 +197,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             columns[C.VALID][t] = valid
             self._track_episodes(rewards, terminateds | truncateds, valid)
             self._is_first = ~valid  # a reset step's next observation starts an episode
+            obs = connectors.apply(self._connectors, raw_obs, connectors.Step(self._is_first, actions, rewards))
             self._resetting = terminateds | truncateds
             self._obs = obs
         _write(columns[C.OBS], steps, self._obs)
@@ -199,8 +207,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         """One forward pass over all N observations. Modules that pick actions themselves (DQN's epsilon-greedy)
         return ``actions``; others return distribution inputs, which we sample here (PPO)."""
         with torch.inference_mode():
-            obs_t = (tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs) if isinstance(obs, dict)
-                     else torch.from_numpy(obs))
+            obs_t = tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs)  # Dict / Tuple leaves too
             batch = {RLlibColumns.OBS: obs_t}
             if self._state is not None:
                 batch[RLlibColumns.STATE_IN] = self._state
@@ -292,9 +299,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
 
 def _write(target: Any, t: int, value: Any) -> None:
-    if isinstance(target, dict):
-        for key in target:
-            target[key][t] = value[key]
-    else:
+    """``target[t] = value`` leaf by leaf (Dict / Tuple observations and actions are structures of arrays)."""
+    if isinstance(target, np.ndarray):
         target[t] = value
-
+        return
+    for dst, src in zip(tree.flatten(target), tree.flatten(value)):
+        dst[t] = src

@@ -2,7 +2,9 @@
 
 * Observations are cast on the module's device, never in the env or the buffer: small-integer grids (a ``Box`` of
   integers with ``high < 32``, e.g. Snake's codes) are one-hot encoded into planes, uint8 images with ``high=255``
-  are scaled to [0, 1], float vectors pass through.
+  are scaled to [0, 1], float vectors pass through. ``Dict`` / ``Tuple`` observations are taken leaf by leaf
+  (each ``Box`` as above, ``Discrete`` / ``MultiDiscrete`` one-hot) and concatenated into one vector for the MLP, so
+  uint8 leaves stay uint8 up to the module.
 * Encoder: an MLP (``encoder: mlp``, default for vectors), a small CNN (``encoder: cnn``, default for 2-D/3-D
   grids and images), or the Nature-DQN CNN for 84 x 84 frame stacks (``encoder: nature``: 8x8/4, 4x4/2, 3x3/1 convs
   with 32/64/64 channels, then 512 units) with BatchNorm after each conv (``batch_norm``, default true for it), no
@@ -30,6 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+import tree
 from torch import nn
 
 from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
@@ -40,6 +43,7 @@ from ray.rllib.core.rl_module.rl_module import RLModule
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.schedules.scheduler import Scheduler
+from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from rl_speed.modules.layers import ACTIVATIONS, cnn, mlp, nature_cnn
 
@@ -73,12 +77,49 @@ class ObsPreprocessor(nn.Module):
         return x.flatten(1)
 
 
+class StructPreprocessor(nn.Module):
+    """A ``Dict`` / ``Tuple`` observation -> one float vector ``[B, D]``: each leaf through :class:`ObsPreprocessor`
+    (``Box``) or one-hot (``Discrete``, ``MultiDiscrete``), flattened, concatenated in the space's leaf order."""
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        self.leaf_spaces = tree.flatten(get_base_struct_from_space(space))
+        self.boxes = nn.ModuleList(ObsPreprocessor(s) if isinstance(s, gym.spaces.Box) else nn.Identity()
+                                   for s in self.leaf_spaces)
+        widths = []
+        for leaf, pre in zip(self.leaf_spaces, self.boxes):
+            if isinstance(leaf, gym.spaces.Box):
+                widths.append(int(np.prod(pre.out_shape)))
+            elif isinstance(leaf, gym.spaces.Discrete):
+                widths.append(int(leaf.n))
+            elif isinstance(leaf, gym.spaces.MultiDiscrete):
+                widths.append(int(leaf.nvec.sum()))
+            else:
+                raise ValueError(f"QNetModule: observation leaf {leaf} is not supported; use Box, Discrete or "
+                                 "MultiDiscrete leaves.")
+        self.shape = (sum(widths),)
+        self.out_shape = self.shape
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        parts = []
+        for x, leaf, pre in zip(tree.flatten(obs), self.leaf_spaces, self.boxes):
+            if isinstance(leaf, gym.spaces.Box):
+                parts.append(pre(x).flatten(1))
+            elif isinstance(leaf, gym.spaces.Discrete):
+                parts.append(nn.functional.one_hot(x.long().reshape(-1) - int(leaf.start), int(leaf.n)).float())
+            else:
+                parts.append(torch.cat([nn.functional.one_hot(x[:, i].long(), int(n)).float()
+                                        for i, n in enumerate(leaf.nvec)], dim=1))
+        return torch.cat(parts, dim=1)
+
+
 class QTorso(nn.Module):
     """Preprocess -> encoder -> Q head (optionally dueling). One instance is the online net, a copy the target."""
 
-    def __init__(self, space: gym.spaces.Box, num_actions: int, cfg: dict) -> None:
+    def __init__(self, space: gym.Space, num_actions: int, cfg: dict) -> None:
         super().__init__()
-        self.pre = ObsPreprocessor(space)
+        structured = isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self.pre = StructPreprocessor(space) if structured else ObsPreprocessor(space)
         kind = cfg.get("encoder") or ("cnn" if len(self.pre.out_shape) == 3 else "mlp")
         default_hiddens = [512] if kind == "nature" else [256, 256]
         hiddens = list(cfg.get("fcnet_hiddens", default_hiddens)) + list(cfg.get("head_fcnet_hiddens") or [])
@@ -112,15 +153,15 @@ class QTorso(nn.Module):
 
 
 class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
-    """A DQN Q-network for Box observations and Discrete actions (see the module docstring)."""
+    """A DQN Q-network for Box, Dict or Tuple observations and Discrete actions (see the module docstring)."""
 
     @override(RLModule)
     def setup(self) -> None:
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise ValueError(f"QNetModule needs a Discrete action space, got {self.action_space}.")
-        if not isinstance(self.observation_space, gym.spaces.Box):
-            raise ValueError(f"QNetModule needs a Box observation space, got {self.observation_space}; "
-                             "use Snake's observation='flat' or 'grid' without flood_fill, or flatten the Dict.")
+        if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Dict, gym.spaces.Tuple)):
+            raise ValueError(f"QNetModule needs a Box, Dict or Tuple observation space, got "
+                             f"{self.observation_space}.")
         cfg = self.model_config or {}
         self.uses_double_q = bool(cfg.get("double_q", True))
         self.uses_dueling = bool(cfg.get("dueling", False))
@@ -158,7 +199,8 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
         obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
         out: dict[str, Any] = {}
         if self.uses_double_q:
-            both = self.q(torch.cat([obs, next_obs], dim=0))  # one pass over [2B, ...]
+            # one pass over [2B, ...] (leaf by leaf for Dict / Tuple observations)
+            both = self.q(tree.map_structure(lambda o, n: torch.cat([o, n], dim=0), obs, next_obs))
             out[QF_PREDS], out[QF_NEXT_PREDS] = torch.chunk(both, 2, dim=0)
         else:
             out[QF_PREDS] = self.q(obs)

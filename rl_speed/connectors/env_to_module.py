@@ -1,0 +1,236 @@
+"""Columnar forms of RLlib's env-to-module connector pieces: each runs once per step on the whole ``[N, ...]``
+observation batch of a :class:`rl_speed.env_runners.BatchedEnvRunner`, where RLlib's piece runs once per episode.
+
+A user's config names RLlib's own classes (``env_runners(env_to_module_connector=lambda env, spaces, device:
+MeanStdFilter())``); RLlib builds its pipeline on the runner as usual, and :func:`columnar_pipeline` maps each piece
+to its columnar form here. The forms keep their state *in RLlib's piece* (the MeanStdFilter's running statistics are
+the piece's own ``RunningStat`` objects), so RLlib's machinery keeps working unchanged: the runner's state (and so
+checkpoints) holds the piece's state, ``Algorithm`` merges it across env runners after every iteration
+(``merge_env_runner_states``) and pushes it to the evaluation runners, which run RLlib's own pipeline.
+
+Each form returns what RLlib's piece would put in front of the module for that lane, so the columns (and the
+replay buffer, and the learner) see exactly the module's inputs. Pieces without a columnar form are refused with
+:class:`UnsupportedConnector` (never silently skipped). RLlib's default pieces (observations, time rank, states,
+batching, numpy-to-tensor) are what the columnar runner does natively.
+
+Lanes are visited in index order within a step, as RLlib visits its episodes, so stateful forms (the filter's
+statistics) give each lane the same result as RLlib's sequential loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tree
+
+from ray.rllib.connectors.common import (
+    AddObservationsFromEpisodesToBatch,
+    AddStatesFromEpisodesToBatch,
+    AddTimeDimToBatchAndZeroPad,
+    AgentToModuleMapping,
+    BatchIndividualItems,
+    NumpyToTensor,
+)
+from ray.rllib.connectors.common.flatten_observations import FlattenObservations
+from ray.rllib.connectors.common.frame_stacking import FrameStacking
+from ray.rllib.connectors.env_to_module import MeanStdFilter, PrevActionsPrevRewards
+from ray.rllib.utils.filter import RunningStat
+from ray.rllib.utils.numpy import SMALL_NUMBER, flatten_inputs_to_1d_tensor, one_hot
+
+#: RLlib's default env-to-module pieces: the columnar runner does their work itself.
+NATIVE = (AddObservationsFromEpisodesToBatch, AddTimeDimToBatchAndZeroPad, AddStatesFromEpisodesToBatch,
+          AgentToModuleMapping, BatchIndividualItems, NumpyToTensor)
+
+
+class UnsupportedConnector(ValueError):
+    """A connector piece the columnar path has no form of."""
+
+
+@dataclass
+class Step:
+    """What the forms may read besides the observations, for the step that produced them."""
+
+    is_first: np.ndarray  # [N] bool: this observation starts an episode (a reset observation)
+    actions: Any = None  # [N, ...]: the action that led to it (None after a reset of every lane)
+    rewards: np.ndarray | None = None  # [N]
+
+
+class ColumnarMeanStdFilter:
+    """RLlib's ``MeanStdFilter`` on ``[N, ...]``: the N observations are pushed into the piece's running statistics
+    (and its delta buffer) in lane order, and lane i is normalized with the statistics after its own push, exactly
+    as RLlib's loop over episodes does; the N pushes are computed in closed form (shifted sums), not one by one."""
+
+    def __init__(self, piece: MeanStdFilter) -> None:
+        if piece._multi_agent:
+            raise UnsupportedConnector("MeanStdFilter(multi_agent=True) has no columnar form; rl_speed's multi-agent "
+                                       "envs take the batched (agents-as-lanes) form: use MeanStdFilter().")
+        if piece._filters is None:
+            piece._init_new_filters()
+        self.piece = piece
+
+    def __call__(self, obs: Any, step: Step) -> Any:
+        f = self.piece._filters[None]
+        update = self.piece._update_stats
+        if f.no_preprocessor:
+            return tree.map_structure_up_to(obs, lambda x, rs, buf, shape: self._leaf(x, rs, buf, shape, f, update),
+                                            obs, f.running_stats, f.buffer, f.shape)
+        return self._leaf(obs, f.running_stats, f.buffer, f.shape, f, update)
+
+    @staticmethod
+    def _leaf(x: np.ndarray, rs: RunningStat, buffer: RunningStat, shape: Any, f: Any, update: bool) -> np.ndarray:
+        if shape is None:  # Discrete / MultiDiscrete leaves are left as they are
+            return x
+        x = np.asarray(x)
+        if update:
+            mean, std = _push_all(rs, x)
+            _push_all(buffer, x)
+        else:
+            mean, std = rs.mean[None], rs.std[None]
+        out = x
+        if f.demean:
+            out = out - mean
+        if f.destd:
+            out = out / (std + SMALL_NUMBER)
+        if f.clip:
+            out = np.clip(out, -f.clip, f.clip)
+        return out.astype(x.dtype)
+
+
+def _push_all(rs: RunningStat, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pushes ``x[0], ..., x[N-1]`` into ``rs`` (Welford, as ``RunningStat.push`` does one by one) and returns the mean
+    and std after each push, ``[N, ...]`` each.
+
+    With ``m0`` the mean before (or ``x[0]`` if nothing was pushed yet), ``y = x - m0``, ``c_k = n0 + k``:
+    ``mean_k = m0 + cumsum(y)_k / c_k`` and ``S_k = S0 + cumsum(y^2)_k - cumsum(y)_k^2 / c_k``.
+    """
+    x64 = x.astype(np.float64)
+    n0, m0, s0 = rs.num_pushes, rs.mean_array.copy(), rs.sum_sq_diff_array.copy()
+    shift = m0 if n0 > 0 else x64[0]
+    y = x64 - shift
+    counts = (n0 + np.arange(1, len(x) + 1, dtype=np.float64)).reshape(-1, *([1] * (x.ndim - 1)))
+    sum_y, sum_y2 = np.cumsum(y, axis=0), np.cumsum(y * y, axis=0)
+    means = shift + sum_y / counts
+    sums_sq = s0 + sum_y2 - sum_y * sum_y / counts
+    var = np.where(counts > 1, sums_sq / np.maximum(counts - 1, 1), 0.0).astype(np.float32)
+    std = np.sqrt(np.maximum(0, var))
+    # RLlib's delta arrays take the same increments as the state (the first push assigns them).
+    rs.mean_delta_array[...] = (means[-1] if n0 == 0 else rs.mean_delta_array + (means[-1] - m0))
+    rs.sum_sq_diff_delta_array[...] += sums_sq[-1] - s0
+    rs.mean_array[...] = means[-1]
+    rs.sum_sq_diff_array[...] = sums_sq[-1]
+    rs.num_pushes += len(x)
+    rs.num_pushes_delta += len(x)
+    return means, std
+
+
+class ColumnarFlattenObservations:
+    """RLlib's ``FlattenObservations`` on ``[N, ...]``: Dict / Tuple observations (keys removed first) become one
+    float32 vector per lane, Discrete leaves one-hot, in one ``flatten_inputs_to_1d_tensor`` call with a batch axis."""
+
+    def __init__(self, piece: FlattenObservations) -> None:
+        if piece._multi_agent:
+            raise UnsupportedConnector("FlattenObservations(multi_agent=True) has no columnar form; rl_speed's "
+                                       "multi-agent envs take the batched (agents-as-lanes) form: use "
+                                       "FlattenObservations().")
+        self.struct = piece._input_obs_base_struct
+        self.keys_to_remove = set(piece._keys_to_remove)
+
+    def __call__(self, obs: Any, step: Step) -> np.ndarray:
+        if self.keys_to_remove:
+            obs = {k: v for k, v in obs.items() if k not in self.keys_to_remove}
+        return flatten_inputs_to_1d_tensor(obs, self.struct, batch_axis=True).astype(np.float32)
+
+
+class ColumnarPrevActionsPrevRewards:
+    """RLlib's ``PrevActionsPrevRewards`` on ``[N, ...]``: each lane's last ``n`` actions (one-hot) and rewards of the
+    current episode, zeros before the episode's start, beside the observation in RLlib's dict layout."""
+
+    def __init__(self, piece: PrevActionsPrevRewards, num_lanes: int) -> None:
+        if piece._multi_agent:
+            raise UnsupportedConnector("PrevActionsPrevRewards(multi_agent=True) has no columnar form; use "
+                                       "PrevActionsPrevRewards().")
+        space = piece.input_action_space
+        if not isinstance(space, gym.spaces.Discrete):
+            raise UnsupportedConnector(f"PrevActionsPrevRewards needs a Discrete action space (RLlib's piece "
+                                       f"one-hots the actions); the env has {space}.")
+        self.piece = piece
+        self.num_actions = int(space.n)
+        self.actions = np.zeros((num_lanes, piece.n_prev_actions, self.num_actions), np.float32)
+        self.rewards = np.zeros((num_lanes, piece.n_prev_rewards), np.float32)
+
+    def __call__(self, obs: Any, step: Step) -> dict:
+        first = step.is_first
+        if step.actions is not None:
+            self.actions[:, :-1] = self.actions[:, 1:].copy()
+            self.actions[:, -1] = one_hot(np.asarray(step.actions), depth=self.num_actions)
+            self.rewards[:, :-1] = self.rewards[:, 1:].copy()
+            self.rewards[:, -1] = step.rewards
+        self.actions[first] = 0.0
+        self.rewards[first] = 0.0
+        out = {PrevActionsPrevRewards.ORIG_OBS_KEY: obs}
+        if self.piece.n_prev_actions:
+            out[PrevActionsPrevRewards.PREV_ACTIONS_KEY] = self.actions.reshape(len(first), -1).copy()
+        if self.piece.n_prev_rewards:
+            out[PrevActionsPrevRewards.PREV_REWARDS_KEY] = self.rewards.copy()
+        return out
+
+
+class ColumnarFrameStacking:
+    """RLlib's ``FrameStackingEnvToModule`` on ``[N, ...]``: the last ``num_frames`` observations of each lane's
+    episode along the last axis (zeros before the episode's start). The columns then hold the stacked frames, which
+    is what RLlib's learner-side ``FrameStackingLearner`` rebuilds from episodes, so the learner needs no piece."""
+
+    def __init__(self, piece: FrameStacking) -> None:
+        if piece._multi_agent:
+            raise UnsupportedConnector("FrameStackingEnvToModule(multi_agent=True) has no columnar form; use "
+                                       "FrameStackingEnvToModule(num_frames=k).")
+        self.num_frames = piece.num_frames
+        self.stack: np.ndarray | None = None
+
+    def __call__(self, obs: np.ndarray, step: Step) -> np.ndarray:
+        if self.stack is None:
+            self.stack = np.zeros((*obs.shape[:-1], obs.shape[-1] * self.num_frames), obs.dtype)
+        width = obs.shape[-1]
+        self.stack[..., :-width] = self.stack[..., width:].copy()
+        self.stack[step.is_first, ..., :-width] = 0
+        self.stack[..., -width:] = obs
+        return self.stack.copy()
+
+
+def columnar_pipeline(rllib_pipeline: Any, num_lanes: int) -> list:
+    """The columnar forms of the pieces of the runner's RLlib env-to-module pipeline, in order; raises
+    :class:`UnsupportedConnector` naming the first piece that has none."""
+    forms: list = []
+    for piece in rllib_pipeline.connectors:
+        if isinstance(piece, NATIVE):
+            continue
+        forms.append(_form(piece, num_lanes))
+    return forms
+
+
+def _form(piece: Any, num_lanes: int) -> Any:
+    if type(piece) is MeanStdFilter:
+        return ColumnarMeanStdFilter(piece)
+    # (RLlib exports FlattenObservations and FrameStackingEnvToModule as partials of these classes.)
+    if type(piece) is FlattenObservations and not piece._as_learner_connector:
+        return ColumnarFlattenObservations(piece)
+    if type(piece) is PrevActionsPrevRewards:
+        return ColumnarPrevActionsPrevRewards(piece, num_lanes)
+    if type(piece) is FrameStacking and not piece._as_learner_connector:
+        return ColumnarFrameStacking(piece)
+    raise UnsupportedConnector(
+        f"The env-to-module connector piece {type(piece).__name__} has no columnar form, and rl_speed never skips a "
+        f"connector silently. Columnar forms exist for {', '.join(SUPPORTED)}. Move the transformation into the env "
+        "(a gymnasium wrapper) or the RLModule, or train with stock PPO / DQN.")
+
+
+SUPPORTED = ("MeanStdFilter", "FlattenObservations", "PrevActionsPrevRewards", "FrameStackingEnvToModule")
+
+
+def apply(forms: list, obs: Any, step: Step) -> Any:
+    for form in forms:
+        obs = form(obs, step)
+    return obs

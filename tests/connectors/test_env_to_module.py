@@ -1,0 +1,129 @@
+"""The columnar forms of RLlib's env-to-module pieces give the module the same inputs as RLlib's own pipeline on the
+same observation stream (episodes starting and ending at various steps), and keep RLlib's piece state."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tree
+
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter, PrevActionsPrevRewards
+from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+from ray.rllib.core.columns import Columns
+from ray.rllib.env import INPUT_ENV_SINGLE_SPACES
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from rl_speed.connectors.env_to_module import Step, UnsupportedConnector, apply, columnar_pipeline
+
+N, T = 5, 40
+BOX = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+DICT = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32), "code": gym.spaces.Discrete(3),
+                        "pair": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(0, 5, (1,), np.float32)])})
+IMAGE = gym.spaces.Box(0, 255, (10, 10, 1), np.uint8)  # RLlib has a default CNN for 10 x 10
+ACTIONS = gym.spaces.Discrete(4)
+
+
+def _stream(space: gym.Space, seed: int = 0) -> list[tuple]:
+    """(obs [N, ...], actions [N], rewards [N], is_first [N]) per step; lanes start new episodes at random steps."""
+    rng = np.random.default_rng(seed)
+    space.seed(seed)
+    steps = []
+    for t in range(T):
+        obs = [space.sample() for _ in range(N)]
+        if space is BOX:  # lopsided, as in RLlib's mean_std_filtering example: large offset and scale
+            obs = [o * 50.0 + 1000.0 for o in obs]
+        batch = tree.map_structure(lambda *xs: np.stack(xs), *obs)
+        first = np.ones(N, bool) if t == 0 else rng.random(N) < 0.15
+        steps.append((batch, rng.integers(0, 4, N), rng.normal(size=N).astype(np.float32), first))
+    return steps
+
+
+def _pipeline(make_pieces, space: gym.Space):
+    config = PPOConfig().env_runners(env_to_module_connector=lambda env, spaces, device: make_pieces())
+    return config.build_env_to_module_connector(spaces={INPUT_ENV_SINGLE_SPACES: (space, ACTIONS)})
+
+
+def _rllib_inputs(make_pieces, space: gym.Space, stream: list) -> tuple[list, object]:
+    """Module inputs from RLlib's own pipeline, driven with one episode per lane as its env runner does."""
+    pipeline = _pipeline(make_pieces, space)
+    module = PPOConfig().get_default_rl_module_spec()
+    module.observation_space, module.action_space = pipeline.observation_space, ACTIONS
+    module = module.build()
+    episodes: list = [None] * N
+    inputs = []
+    for obs, actions, rewards, first in stream:
+        for i in range(N):
+            lane = tree.map_structure(lambda o: o[i], obs)
+            if first[i]:
+                episodes[i] = SingleAgentEpisode(observation_space=space, action_space=ACTIONS)
+                episodes[i].add_env_reset(observation=lane)
+            else:
+                episodes[i].add_env_step(observation=lane, action=actions[i], reward=rewards[i])
+        batch = pipeline(rl_module=module, batch={}, episodes=episodes, explore=True, shared_data={})
+        inputs.append(tree.map_structure(lambda x: x.numpy(), batch[Columns.OBS]))
+    return inputs, pipeline
+
+
+def _columnar_inputs(make_pieces, space: gym.Space, stream: list) -> tuple[list, object]:
+    pipeline = _pipeline(make_pieces, space)
+    forms = columnar_pipeline(pipeline, N)
+    inputs = []
+    for t, (obs, actions, rewards, first) in enumerate(stream):
+        step = Step(first) if t == 0 else Step(first, stream[t - 1][1], stream[t - 1][2])
+        inputs.append(apply(forms, obs, step))
+    return inputs, pipeline
+
+
+CASES = {
+    "mean_std_filter": (lambda: MeanStdFilter(), BOX),
+    "mean_std_filter_clip_no_std": (lambda: MeanStdFilter(de_std_to_one=False, clip_by_value=3.0), BOX),
+    "flatten_dict_tuple": (lambda: FlattenObservations(), DICT),
+    "flatten_removing_a_key": (lambda: FlattenObservations(input_observation_space=DICT, input_action_space=ACTIONS,
+                                                           keys_to_remove=["code"]), DICT),
+    "prev_actions_prev_rewards_flattened": (
+        lambda: [PrevActionsPrevRewards(n_prev_actions=2, n_prev_rewards=3), FlattenObservations()], BOX),
+    "mean_std_then_prev_actions": (lambda: [MeanStdFilter(), PrevActionsPrevRewards(), FlattenObservations()], BOX),
+    "frame_stacking": (lambda: FrameStackingEnvToModule(num_frames=4), IMAGE),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_columnar_form_gives_the_module_rllibs_inputs(case):
+    make_pieces, space = CASES[case]
+    stream = _stream(space)
+    # Actions and rewards in the stream are those of the step that led to the observation: the step before.
+    expected, rllib_pipeline = _rllib_inputs(make_pieces, space, [
+        (obs, stream[t - 1][1] if t else None, stream[t - 1][2] if t else None, first)
+        for t, (obs, _, _, first) in enumerate(stream)])
+    got, columnar_pipeline_ = _columnar_inputs(make_pieces, space, stream)
+    for t, (e, g) in enumerate(zip(expected, got)):
+        e_leaves, g_leaves = tree.flatten(e), tree.flatten(g)
+        assert len(e_leaves) == len(g_leaves), (t, e, g)
+        for el, gl in zip(e_leaves, g_leaves):
+            np.testing.assert_allclose(np.asarray(gl, np.float64), np.asarray(el, np.float64), rtol=1e-5,
+                                       atol=1e-5, err_msg=f"step {t}")
+    # Stateful pieces end in the same state (what checkpoints and the cross-runner merge read).
+    for ours, theirs in zip(columnar_pipeline_.connectors, rllib_pipeline.connectors):
+        if isinstance(ours, MeanStdFilter):
+            for a, b in zip(tree.flatten(ours.get_state()), tree.flatten(theirs.get_state())):
+                if isinstance(a, (int, float, np.ndarray)):
+                    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-6)
+
+
+def test_frozen_filter_does_not_update_its_statistics():
+    stream = _stream(BOX)
+    pipeline = _pipeline(lambda: MeanStdFilter(update_stats=False), BOX)
+    forms = columnar_pipeline(pipeline, N)
+    before = pipeline.connectors[0].get_state()
+    apply(forms, stream[0][0], Step(stream[0][3]))
+    assert pipeline.connectors[0].get_state()[None]["running_stats"][0]["num_pushes"] == \
+        before[None]["running_stats"][0]["num_pushes"] == 0
+
+
+def test_a_piece_without_a_columnar_form_is_refused_by_name():
+    from ray.rllib.connectors.env_to_module import WriteObservationsToEpisodes
+
+    with pytest.raises(UnsupportedConnector, match="WriteObservationsToEpisodes has no columnar form"):
+        columnar_pipeline(_pipeline(lambda: WriteObservationsToEpisodes(), BOX), N)
