@@ -15,6 +15,7 @@ A plain dict (not a class) so it crosses Ray's object store as a handful of larg
 | ``action_dist_inputs`` | ``[T, N, ...]`` | float32 | runner (sampling modules, exploring) | PPO's KL term |
 | ``is_first`` | ``[T, N]`` | bool | runner (stateful modules) | PPO learner: the recurrent state is reset there |
 | ``state_in`` | ``[T / L, N, ...]`` | float32 (a structure like the module's state) | runner (stateful modules) | PPO learner: the state at the start of each ``L``-step chunk |
+| ``state_out`` | ``[1, N, ...]`` | float32 (like ``state_in``) | runner (stateful modules) | PPO learner (RLlib's stateful modules): the state after the last step, from which ``obs[T]`` is valued |
 
 ``obs[t]`` is what the module saw at step t and ``obs[T]`` the observation after the last step, so the next
 observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds`` say the episode ended at step t
@@ -49,6 +50,7 @@ ACTION_LOGP = "action_logp"
 ACTION_DIST_INPUTS = "action_dist_inputs"
 IS_FIRST = "is_first"
 STATE_IN = "state_in"
+STATE_OUT = "state_out"
 
 REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 #: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.
@@ -78,6 +80,9 @@ def check(columns: Columns) -> None:
     for value in tree.flatten(columns[OBS]):
         if np.shape(value)[:2] != (t + 1, n):
             raise ValueError(f"Columns: `obs` has shape {np.shape(value)}, expected [{t + 1}, {n}, ...] (T + 1 rows).")
+    for value in tree.flatten(columns.get(STATE_OUT, [])):
+        if value.shape[:2] != (1, n):
+            raise ValueError(f"Columns: `state_out` has shape {value.shape}, expected [1, {n}, ...].")
     for value in tree.flatten(columns.get(STATE_IN, [])):
         if value.shape[1] != n or value.shape[0] < 1 or t % value.shape[0]:
             raise ValueError(f"Columns: `state_in` has shape {value.shape}, expected [K, {n}, ...] with K dividing "

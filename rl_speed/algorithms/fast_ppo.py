@@ -9,9 +9,10 @@ Same config keys, module and loss as RLlib's PPO; what changes is the data path 
 No episode objects and no learner connector pipeline. Each iteration reports where its time went
 (``rl_speed_profile``: sampling, advantages, learning, weight sync, as seconds and shares of the iteration; see
 :mod:`rl_speed.algorithms.telemetry`). Evaluation is RLlib's own (its ``sample()`` on the evaluation runners).
-Differences from stock PPO (stated, not hidden): ``batch_mode`` must be ``truncate_episodes`` for training;
-env-to-module connectors (observation filters) do not apply to training (do them in the env or module); advantages
-are standardized over real steps only (NEXT_STEP reset steps are masked).
+Env-to-module connectors run in their columnar forms (:mod:`rl_speed.connectors.env_to_module`); RLlib's LSTM
+(``use_lstm``) trains on RLlib's padded sequences (:mod:`rl_speed.learners.sequences`). Differences from stock PPO
+(stated, not hidden): ``batch_mode`` must be ``truncate_episodes`` for training; advantages are standardized over
+real steps only (NEXT_STEP reset steps are masked).
 """
 
 from __future__ import annotations
@@ -81,11 +82,10 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         if not self.use_gae or not self.use_critic:
             self._value_error("FastPPO: `use_gae` and `use_critic` must be True (advantages come from GAE on the "
                               "learner); use stock PPO for the critic-free variants.")
-        if (self.model_config or {}).get("use_lstm"):
-            self._value_error("FastPPO: `model_config.use_lstm` (RLlib's LSTM encoder) is not supported on the column "
-                              "path; use rl_speed's recurrent module: rl_module(rl_module_spec=RLModuleSpec("
-                              "module_class=RecurrentActorCritic)) or, in YAML, `rl_module: recurrent`, with "
-                              "`bptt_horizon`.")
+        if (self.model_config or {}).get("use_lstm") and learners > 1:
+            self._value_error("FastPPO: `model_config.use_lstm` (RLlib's LSTM) trains on padded sequences whose "
+                              "number differs between learners, which DDP cannot step in lockstep; use "
+                              "`num_learners` 0 or 1, or rl_speed's recurrent module (`rl_module: recurrent`).")
         fragment = self.get_rollout_fragment_length()
         if self.is_recurrent:
             horizon = self.bptt_horizon if self.bptt_horizon is not None else bptt_horizon(self)
@@ -96,7 +96,10 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                     f"FastPPO: `bptt_horizon`={horizon} does not divide the rollout of {fragment} steps per env "
                     f"(rollout_fragment_length); pick a divisor of {fragment} or set rollout_fragment_length / "
                     "train_batch_size_per_learner so that the rollout is a multiple of it.")
-            if isinstance(self.minibatch_size, int) and self.minibatch_size % horizon:
+            # RLlib's LSTM: minibatches of whole padded sequences, as many as fit in minibatch_size steps (as in
+            # stock PPO); rl_speed's module: an explicit bptt_horizon must divide the minibatch.
+            use_lstm = bool((self.model_config or {}).get("use_lstm"))
+            if isinstance(self.minibatch_size, int) and self.minibatch_size % horizon and not use_lstm:
                 self._value_error(f"FastPPO: `minibatch_size`={self.minibatch_size} must be a multiple of "
                                   f"`bptt_horizon`={horizon} (minibatches are whole chunks).")
         per_learner = fragment * lanes // learners
@@ -108,8 +111,10 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
 
     @property
     def is_recurrent(self) -> bool:
+        """rl_speed's recurrent module, or RLlib's LSTM (``model_config.use_lstm``)."""
         module_class = getattr(self._rl_module_spec, "module_class", None) if self._rl_module_spec else None
-        return isinstance(module_class, type) and issubclass(module_class, RecurrentActorCritic)
+        return ((isinstance(module_class, type) and issubclass(module_class, RecurrentActorCritic))
+                or bool((self.model_config or {}).get("use_lstm")))
 
 
 class FastPPO(PPO):

@@ -18,7 +18,7 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
               "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner",
               "mario-scaling": "rl_speed.bench.mario_scaling", "mario-policy": "rl_speed.bench.mario_policy",
-              "replay-memory": "rl_speed.bench.replay_memory"}
+              "replay-memory": "rl_speed.bench.replay_memory", "lstm": "rl_speed.bench.lstm"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:

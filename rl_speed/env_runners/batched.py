@@ -201,6 +201,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             self._resetting = terminateds | truncateds
             self._obs = obs
         _write(columns[C.OBS], steps, self._obs)
+        if stateful:  # the state obs[T] is acted on with (unless obs[T] starts an episode: then zeros)
+            columns[C.STATE_OUT] = tree.map_structure(lambda s: s.numpy()[None].copy(), self._state)
         return columns
 
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -208,6 +210,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         return ``actions``; others return distribution inputs, which we sample here (PPO)."""
         with torch.inference_mode():
             obs_t = tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs)  # Dict / Tuple leaves too
+            # RLlib's own stateful modules (use_lstm) take a time axis: one step is [N, 1, ...] (as RLlib's
+            # AddTimeDimToBatchAndZeroPad makes it); rl_speed's recurrent module takes [N, ...].
+            time_axis = self._state is not None and not getattr(self.module, "resets_state_at_is_first", False)
+            if time_axis:
+                obs_t = tree.map_structure(lambda o: o[:, None], obs_t)
             batch = {RLlibColumns.OBS: obs_t}
             if self._state is not None:
                 batch[RLlibColumns.STATE_IN] = self._state
@@ -217,6 +224,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 out = self.module._forward_exploration(batch, t=t)
             else:
                 out = self.module._forward_inference(batch)
+            if time_axis:
+                out = {k: (v[:, 0] if k in (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS) else v)
+                       for k, v in out.items()}
             extra: dict[str, np.ndarray] = {}
             if RLlibColumns.ACTIONS in out:
                 actions = out[RLlibColumns.ACTIONS]

@@ -33,6 +33,7 @@ from rl_speed.columns import IS_FIRST, num_steps
 from rl_speed.connectors.vectorized_gae import VectorizedGAE
 from rl_speed.gae import standardize, vectorized_gae
 from rl_speed.learners.optimizer_step import OptimizerStepMixin
+from rl_speed.learners.sequences import EpisodeSequences
 from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
 
 #: Learner result key (under ``__all_modules__``): seconds spent on values + GAE in the last update call.
@@ -71,8 +72,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     @torch.no_grad()
     def compute_advantages(self, module_id: str, columns: dict) -> dict:
         """Columns -> the training batch PPO's loss reads (tensors on the learner's device): rows are single steps
-        ``[T * N]`` for feed-forward modules, or chunks of ``bptt_horizon`` steps ``[T / L * N, L]`` for recurrent
-        ones (with ``state_in`` at each chunk's start and ``is_first``)."""
+        ``[T * N]`` for feed-forward modules, chunks of ``bptt_horizon`` steps ``[T / L * N, L]`` for rl_speed's
+        recurrent module (with ``state_in`` at each chunk's start and ``is_first``), or RLlib's padded sequences
+        ``[S, L]`` for RLlib's own stateful modules (:class:`rl_speed.learners.sequences.EpisodeSequences`)."""
         device = self._device
         module = self.module[module_id].unwrapped()
 
@@ -88,7 +90,22 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         if module.is_stateful() and not recurrent:
             raise ValueError("FastPPO: a recurrent module needs `state_in` / `is_first` columns; sample with "
                              "rl_speed's BatchedEnvRunner.")
-        if recurrent:
+        sequences = None
+        if recurrent and not getattr(module, "resets_state_at_is_first", False):
+            # RLlib's own stateful module (use_lstm): RLlib's padded sequence layout, cut at episode starts.
+            chunks = len(tree.flatten(columns[C.STATE_IN])[0])
+            sequences = EpisodeSequences(tensor(columns[C.IS_FIRST]), t_len // chunks)
+            rows = sequences.gather
+            state_in = sequences.state_in(tree.map_structure(tensor, columns[C.STATE_IN]))
+            keep = tensor(columns[C.VALID][-1]).float()  # obs[T] starts an episode after a reset step: zeros
+            final = tree.map_structure(lambda s: tensor(s)[0] * keep.reshape(-1, *([1] * (s.ndim - 2))),
+                                       columns[C.STATE_OUT])
+            step_values = sequences.scatter(module.compute_values(
+                {RLlibColumns.OBS: tree.map_structure(lambda o: rows(o[:-1]), obs), RLlibColumns.STATE_IN: state_in}))
+            bootstrap = module.compute_values({RLlibColumns.OBS: tree.map_structure(lambda o: o[-1][:, None], obs),
+                                               RLlibColumns.STATE_IN: final})
+            values = torch.cat([step_values, bootstrap.reshape(1, n)])
+        elif recurrent:
             chunks = len(tree.flatten(columns[C.STATE_IN])[0])
             horizon = t_len // chunks
 
@@ -96,7 +113,8 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
                 x = x.reshape(chunks, horizon, n, *x.shape[2:]).transpose(1, 2)
                 return x.reshape(chunks * n, horizon, *x.shape[3:])
 
-            state_in = tree.map_structure(lambda s: tensor(s).reshape(chunks * n, -1), columns[C.STATE_IN])
+            state_in = tree.map_structure(lambda s: tensor(s).reshape(chunks * n, *s.shape[2:]),
+                                          columns[C.STATE_IN])
             is_first = tensor(columns[C.IS_FIRST])
             values = self._recurrent_values(module, obs, rows(is_first), state_in, rows, chunks, horizon,
                                             tensor(~columns[C.VALID][-1]))
@@ -124,7 +142,10 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             Postprocessing.VALUE_TARGETS: rows(targets),
             RLlibColumns.LOSS_MASK: rows(valid),
         }
-        if recurrent:
+        if sequences is not None:
+            batch[RLlibColumns.STATE_IN] = state_in
+            batch[RLlibColumns.LOSS_MASK] = batch[RLlibColumns.LOSS_MASK] & ~sequences.pad
+        elif recurrent:
             batch[RLlibColumns.STATE_IN] = state_in
             batch[IS_FIRST] = rows(is_first)
         return batch

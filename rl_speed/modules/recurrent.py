@@ -36,6 +36,10 @@ from rl_speed.modules.layers import mlp
 class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
     """See the module docstring. model_config: ``fcnet_hiddens`` (default [64]), ``lstm_cell_size`` (default 64)."""
 
+    #: Takes single steps ``[B, ...]`` when acting and resets its state at ``is_first`` inside training chunks, so
+    #: FastPPO trains it on fixed ``[T / L * N, L]`` chunks (RLlib's stateful modules get padded sequences instead).
+    resets_state_at_is_first = True
+
     @override(TorchRLModule)
     def setup(self) -> None:
         cfg = self.model_config or {}

@@ -255,13 +255,16 @@ def test_learner_connector_pieces_are_refused_at_validation():
 
 def _train_until(config, reward: float, timesteps: int) -> tuple[float, int]:
     """Trains until the mean return reaches ``reward`` or ``timesteps`` env steps (the examples' stop criteria)."""
+    import time
+
     algo = config.build_algo()
     try:
-        best, steps = float("-inf"), 0
+        best, steps, start = float("-inf"), 0, time.perf_counter()
         while steps < timesteps and best < reward:
             runners = algo.train()["env_runners"]
             steps = runners["num_env_steps_sampled_lifetime"]
             best = max(best, runners.get("episode_return_mean", float("-inf")))
+        print(f"\n{config.env}: mean return {best:.1f} after {steps:,} env steps, {time.perf_counter() - start:.0f} s")
         return best, steps
     finally:
         algo.stop()
@@ -299,3 +302,25 @@ def test_rllib_mean_std_filtering_example_reaches_its_stop_reward():
                   fcnet_bias_initializer=torch.nn.init.constant_, fcnet_bias_initializer_kwargs={"val": 0.0})))
     best, steps = _train_until(config, -300.0, 500_000)
     assert best >= -300.0, f"mean return {best:.1f} after {steps} env steps"
+
+
+@pytest.mark.slow
+def test_rllib_prev_actions_prev_rewards_example_reaches_its_stop_reward():
+    """ray/rllib/examples/connectors/prev_actions_prev_rewards.py with FastPPOConfig: stateless CartPole, RLlib's
+    LSTM (use_lstm) fed the previous action and reward; 200 within 1M."""
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.examples.envs.classes.stateless_cartpole import StatelessCartPole
+    from torch import nn
+
+    register_env("stateless-cartpole", lambda _: StatelessCartPole())
+    config = (FastPPOConfig().environment("stateless-cartpole")
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=8,
+                           env_to_module_connector=lambda env, spaces, device: [PrevActionsPrevRewards(),
+                                                                                 FlattenObservations()])
+              .training(num_epochs=6, lr=0.0003, train_batch_size=4000, vf_loss_coeff=0.01)
+              .rl_module(model_config=DefaultModelConfig(
+                  use_lstm=True, max_seq_len=20, fcnet_hiddens=[32], fcnet_activation="linear",
+                  fcnet_kernel_initializer=nn.init.xavier_uniform_, fcnet_bias_initializer=nn.init.constant_,
+                  fcnet_bias_initializer_kwargs={"val": 0.0}, vf_share_layers=True)))
+    best, steps = _train_until(config, 200.0, 1_000_000)
+    assert best >= 200.0, f"mean return {best:.1f} after {steps} env steps"

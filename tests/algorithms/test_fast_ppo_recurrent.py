@@ -1,6 +1,6 @@
-"""FastPPO with the LSTM module: the runner's carried state and the learner's chunked replay agree, state resets
-at episode starts, the recurrent policy solves a memory task a feed-forward one cannot, and bad BPTT settings are
-named at validation."""
+"""FastPPO with rl_speed's LSTM module and with RLlib's own (use_lstm): the runner's carried state and the learner's
+chunks / padded sequences agree, state resets at episode starts, the recurrent policies solve a memory task a
+feed-forward one cannot, and bad BPTT settings are named at validation."""
 
 from __future__ import annotations
 
@@ -95,7 +95,64 @@ def test_bad_bptt_settings_fail_at_validation(change, message):
     assert message in str(info.value)
 
 
-def test_rllib_lstm_flag_is_redirected_to_the_recurrent_module():
-    config = _config(recurrent=False).rl_module(model_config={"use_lstm": True})
-    with pytest.raises(ValueError, match="rl_module: recurrent"):
-        config.validate()
+def _rllib_lstm_config(**training) -> FastPPOConfig:
+    """RLlib's own LSTM (the default module with ``use_lstm``) on the cue corridor."""
+    return (FastPPOConfig().environment("rl_speed/CueCorridor-v0", env_config={"length": 5})
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=64, rollout_fragment_length=32)
+            .training(**{"train_batch_size_per_learner": 2048, "minibatch_size": 512, "num_epochs": 4, "lr": 1e-3,
+                         "entropy_coeff": 0.01, **training})
+            .rl_module(model_config={"use_lstm": True, "max_seq_len": 16, "lstm_cell_size": 32,
+                                     "fcnet_hiddens": [32], "vf_share_layers": True})
+            .debugging(seed=0))
+
+
+def test_rllib_lstm_sequences_replay_the_runner_recurrence(ray_session):
+    """use_lstm: the learner's padded sequences (cut at chunk and episode starts) give every step the value a
+    step-by-step pass gives, with the state reset where episodes start, as RLlib's own learner does."""
+    algo = (_rllib_lstm_config(num_epochs=1, train_batch_size_per_learner=128, minibatch_size=64)
+            .env_runners(num_envs_per_env_runner=4).build_algo())
+    try:
+        runner = algo.env_runner
+        runner.sample_columns()
+        columns = runner.sample_columns()
+        assert columns["is_first"].any() and not columns["is_first"].all()
+        learner = algo.learner_group._learner
+        batch = learner.compute_advantages(DEFAULT_MODULE_ID, columns)
+        module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+        first_state = torch.utils._pytree.tree_map(lambda v: torch.from_numpy(v[0]), columns["state_in"])
+        state, values = first_state, []
+        with torch.no_grad():
+            for t in range(32):
+                keep = (~torch.from_numpy(columns["is_first"][t])).float()
+                state = torch.utils._pytree.tree_map(lambda v: v * keep.reshape(-1, *([1] * (v.dim() - 1))), state)
+                obs = torch.from_numpy(columns["obs"][t])[:, None]
+                out = module._forward({RLlibColumns.OBS: obs, RLlibColumns.STATE_IN: state})
+                values.append(module.compute_values({RLlibColumns.OBS: obs, RLlibColumns.STATE_IN: state})[:, 0])
+                state = out[RLlibColumns.STATE_OUT]
+        reference = torch.stack(values)  # [T, N]
+        mask = batch[RLlibColumns.LOSS_MASK]
+        got = batch[RLlibColumns.VF_PREDS]
+        assert got.shape == mask.shape and got.shape[1] == 16  # [S, L] sequences
+        assert mask.sum() == columns["valid"].sum()  # padding is masked, every real step is in
+        # every real step's value, wherever its sequence starts
+        from rl_speed.learners.sequences import EpisodeSequences
+
+        seqs = EpisodeSequences(torch.from_numpy(columns["is_first"]), 16)
+        torch.testing.assert_close(seqs.scatter(got), reference, rtol=1e-4, atol=1e-5)
+    finally:
+        algo.stop()
+
+
+def test_rllib_lstm_solves_the_cue_corridor(ray_session):
+    algo = _rllib_lstm_config().build_algo()
+    try:
+        for _ in range(40):
+            result = algo.train()
+        assert result["env_runners"]["episode_return_mean"] > 0.9  # remembers the cue
+    finally:
+        algo.stop()
+
+
+def test_rllib_lstm_with_several_learners_is_refused():
+    with pytest.raises(ValueError, match="use_lstm"):
+        _rllib_lstm_config().learners(num_learners=2).validate()
