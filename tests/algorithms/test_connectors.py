@@ -143,6 +143,20 @@ def test_mean_std_filter_normalizes_training_inputs_and_merges_across_runners(tm
         restored.stop()
 
 
+def test_mean_std_filter_statistics_reach_the_evaluation_runners():
+    config = _ppo("lopsided-pend", lambda env, spaces, device: MeanStdFilter()).evaluation(
+        evaluation_interval=1, evaluation_duration=2)
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        trained = _filter_pushes(algo.env_runner.get_state())
+        evaluated = _filter_pushes(algo.eval_env_runner.get_state())
+        assert trained > 0 and evaluated >= trained  # RLlib synced the training statistics into evaluation
+        assert result["evaluation"]["env_runners"]["episode_return_mean"] < 0  # Pendulum returns
+    finally:
+        algo.stop()
+
+
 def test_flatten_observations_trains_on_a_dict_space():
     algo = _ppo("dict-cartpole", lambda env, spaces, device: FlattenObservations()).build_algo()
     try:
