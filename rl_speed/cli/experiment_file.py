@@ -10,6 +10,12 @@ Format (as ``rllib train file x.yaml`` took it before Ray 2.x removed the comman
       checkpoint_config: {checkpoint_at_end: true}
       num_samples: 1
 
+Ray-2.9-era keys (``num_workers``, ``num_sgd_iter``, ``model:``, ``observation_filter``, stop on
+``episode_reward_mean``, ...) are translated to their new-stack form with one notice each (:mod:`rl_speed.cli.migrate`),
+unless ``strict``. Connectors are named by class: ``env_to_module_connector: [MeanStdFilter]`` or
+``[{FrameStackingEnvToModule: {num_frames: 4}}]`` (RLlib's env-to-module pieces), ``learner_connector:
+[{FrameStackingLearner: {num_frames: 4}}]``.
+
 Every problem becomes an :class:`ExperimentFileError`: one paragraph naming the file, the key and the fix.
 """
 
@@ -21,7 +27,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -29,7 +35,7 @@ EXPERIMENT_KEYS = ("run", "env", "stop", "config", "checkpoint_config", "num_sam
 # Keys update_from_dict() handles itself although they are not attributes of AlgorithmConfig.
 _SPECIAL_CONFIG_KEYS = {"multiagent", "enable_rl_module_and_learner", "enable_env_runner_and_connector_v2"}
 # Read-only properties that we route to their setter method ourselves.
-_ROUTED_CONFIG_KEYS = {"model_config", "rl_module"}
+_ROUTED_CONFIG_KEYS = {"model_config", "rl_module", "env_to_module_connector", "learner_connector"}
 
 
 class ExperimentFileError(ValueError):
@@ -51,6 +57,7 @@ class Experiment:
     stop: dict[str, float] = field(default_factory=dict)
     checkpoint_config: dict[str, Any] = field(default_factory=dict)
     num_samples: int = 1
+    notices: list[str] = field(default_factory=list)  # old keys translated (rl_speed.cli.migrate)
 
 
 def parse_json_flag(flag: str, text: str | None) -> dict:
@@ -82,8 +89,9 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 
 def load_experiments(path: str | Path, stop_override: dict | None = None,
-                     config_override: dict | None = None) -> list[Experiment]:
-    """Parses and validates every experiment in ``path``; flags' dicts are merged over each experiment's."""
+                     config_override: dict | None = None, strict: bool = False) -> list[Experiment]:
+    """Parses and validates every experiment in ``path``; flags' dicts are merged over each experiment's. Old keys
+    are translated (each with a notice in ``Experiment.notices``), or refused with ``strict``."""
     from rl_speed import register
 
     register()
@@ -98,7 +106,7 @@ def load_experiments(path: str | Path, stop_override: dict | None = None,
     level = rllib_logger.level
     rllib_logger.setLevel(logging.ERROR)
     try:
-        return [_experiment(source, str(name), spec, stop_override or {}, config_override or {})
+        return [_experiment(source, str(name), spec, stop_override or {}, config_override or {}, strict)
                 for name, spec in raw.items()]
     finally:
         rllib_logger.setLevel(level)
@@ -118,13 +126,20 @@ def _read_yaml(path: Path) -> Any:
                                   "check indentation (spaces, not tabs), colons after keys and matching quotes.") from None
 
 
-def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_override: dict) -> Experiment:
+def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_override: dict,
+                strict: bool = False) -> Experiment:
     from rl_speed import registry
+    from rl_speed.cli.migrate import MigrationError, migrate_experiment
 
     where = f"experiment `{name}`"
     if not isinstance(spec, dict):
         raise ExperimentFileError(source, name, f"{where} is not a mapping.",
                                   "indent `run:`, `env:`, `stop:` and `config:` under the experiment name.")
+    try:
+        spec, notices = migrate_experiment(spec, strict=strict)
+    except MigrationError as e:
+        raise ExperimentFileError(source, name, str(e), "change the key as the message says (`rl-speed migrate "
+                                  f"{source}` prints the translated file).") from None
     for key in spec:
         if key not in EXPERIMENT_KEYS:
             raise ExperimentFileError(source, f"{name}.{key}", f"`{key}` is not an experiment key{_did_you_mean(key, EXPERIMENT_KEYS)}.",
@@ -170,7 +185,7 @@ def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_o
             raise ExperimentFileError(source, f"{name}.stop.{key}", f"stop value {value!r} is not a number.",
                                       "give a number, e.g. `training_iteration: 10` or `time_total_s: 60`.")
     return Experiment(name, algo_class, algo_config, stop, _checkpoint_config(source, name, spec),
-                      _num_samples(source, name, spec))
+                      _num_samples(source, name, spec), notices)
 
 
 def _mapping(source: str, name: str, spec: dict, key: str) -> dict:
@@ -202,6 +217,8 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
             raise ExperimentFileError(source, f"{name}.config.{key}", f"`{key}` must be a number, got {value!r}.",
                                       f"write a number, e.g. `{key}: {default_value}`.")
     config = dict(config)
+    connectors = {key: _connector_factory(source, name, key, config.pop(key))
+                  for key in ("env_to_module_connector", "learner_connector") if key in config}
     model_config = config.pop("model_config", None)
     module_class = None
     if "rl_module" in config:
@@ -217,6 +234,10 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
         algo_config = default.update_from_dict(config)
         if model_config is not None:
             algo_config.rl_module(model_config=model_config)
+        if "env_to_module_connector" in connectors:
+            algo_config.env_runners(env_to_module_connector=connectors["env_to_module_connector"])
+        if "learner_connector" in connectors:
+            algo_config.training(learner_connector=connectors["learner_connector"])
         if module_class is not None:
             from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -227,6 +248,45 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
         raise ExperimentFileError(source, f"{name}.config", f"{algo_class.__name__} rejected the config: {problem}",
                                   "correct the value named in that message.") from None
     return algo_config
+
+
+#: Connector pieces a YAML file may name: RLlib's env-to-module pieces and its frame-stacking learner piece.
+CONNECTORS = {
+    "env_to_module_connector": ("MeanStdFilter", "FlattenObservations", "PrevActionsPrevRewards",
+                                "FrameStackingEnvToModule"),
+    "learner_connector": ("FrameStackingLearner",),
+}
+
+
+def _connector_factory(source: str, name: str, key: str, value: Any) -> Callable:
+    """``[Name, {Name: {kwargs}}, ...]`` (or one name) -> the factory RLlib's config takes for ``key``."""
+    import importlib
+
+    items = value if isinstance(value, list) else [value]
+    pieces = []
+    for item in items:
+        piece, kwargs = (next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (item, {}))
+        if piece not in CONNECTORS[key] or not isinstance(kwargs, dict):
+            raise ExperimentFileError(source, f"{name}.config.{key}", f"{item!r} is not a connector piece this file "
+                                      f"can name{_did_you_mean(str(piece), CONNECTORS[key])}.",
+                                      f"list pieces by class name, e.g. `{key}: [{CONNECTORS[key][0]}]`, with "
+                                      f"arguments as `{{{CONNECTORS[key][0]}: {{...}}}}`; pieces: "
+                                      f"{', '.join(CONNECTORS[key])}.")
+        pieces.append((piece, kwargs))
+    package = "ray.rllib.connectors.env_to_module" if key == "env_to_module_connector" else \
+        "ray.rllib.connectors.learner.frame_stacking"
+
+    def build(*_: Any) -> list:  # (env, spaces, device) or (obs space, action space): RLlib passes both forms
+        module = importlib.import_module(package)
+        if key == "env_to_module_connector":
+            from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+
+            module = {**vars(module), "FrameStackingEnvToModule": FrameStackingEnvToModule}
+        else:
+            module = vars(module)
+        return [module[piece](**kwargs) for piece, kwargs in pieces]
+
+    return build
 
 
 def _checkpoint_config(source: str, name: str, spec: dict) -> dict:

@@ -36,6 +36,11 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue the stopped or crashed run of each experiment (same --storage-path) from its "
                             "last checkpoint")
+    train.add_argument("--strict", action="store_true",
+                       help="refuse Ray-2.9-era keys (num_workers, num_sgd_iter, model, ...) instead of translating "
+                            "them")
+    migrate = commands.add_parser("migrate", help="print a Ray-2.9-era YAML file in new-stack keys")
+    migrate.add_argument("file", help="the old YAML experiment file")
     plot = commands.add_parser("plot", help="PNG of return and throughput vs env steps and wall time, one line per run")
     plot.add_argument("results", help="a results directory (an experiment, or a storage path holding several)")
     plot.add_argument("-o", "--output", help="PNG path (default RESULTS/rl_speed_plot.png)")
@@ -52,10 +57,13 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
 def train(args: argparse.Namespace) -> int:
     try:
         experiments = load_experiments(args.file, parse_json_flag("--stop", args.stop),
-                                       parse_json_flag("--config", args.config))
+                                       parse_json_flag("--config", args.config), strict=args.strict)
     except ExperimentFileError as e:
         print(str(e), file=sys.stderr)
         return USAGE_ERROR
+    for experiment in experiments:
+        for notice in experiment.notices:
+            print(f"{args.file}, experiment `{experiment.name}`: {notice}", file=sys.stderr)
     from rl_speed.cli.train import init_ray, run_experiments
 
     if args.resume:
@@ -74,10 +82,34 @@ def train(args: argparse.Namespace) -> int:
         ray.shutdown()
 
 
+def migrate(args: argparse.Namespace) -> int:
+    """Prints ``args.file`` translated to new-stack keys (notices to stderr); the file is checked as for ``train``."""
+    import yaml
+
+    from rl_speed.cli.migrate import MigrationError, migrate_experiment
+
+    try:
+        experiments = load_experiments(args.file)  # everything train would refuse, refused here too
+        raw = yaml.safe_load(open(args.file))
+        translated = {}
+        for name, spec in raw.items():
+            translated[name], notices = migrate_experiment(spec)
+            for notice in notices:
+                print(f"{args.file}, experiment `{name}`: {notice}", file=sys.stderr)
+    except (ExperimentFileError, MigrationError) as e:
+        print(str(e), file=sys.stderr)
+        return USAGE_ERROR
+    assert len(experiments) == len(translated)
+    print(yaml.safe_dump(translated, sort_keys=False), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)
+    if args.command == "migrate":
+        return migrate(args)
     if args.command == "plot":
         from rl_speed.cli.plot import PlotError, plot_results
 

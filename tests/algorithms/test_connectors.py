@@ -285,6 +285,7 @@ def _train_until(config, reward: float, timesteps: int) -> tuple[float, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.ci  # about 15 s: the CI selection's check that a connector example still learns
 def test_rllib_flatten_observations_dict_space_example_reaches_its_stop_reward():
     """ray/rllib/examples/connectors/flatten_observations_dict_space.py with FastPPOConfig: 400 within 200k."""
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
