@@ -91,7 +91,6 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._episode_len = np.zeros(n, dtype=np.int64)
         self._episode_start = np.full(n, time.perf_counter())
         self._finished: list[np.ndarray] = []  # [k, 3] (return, length, seconds) of episodes since last metrics
-        self._recent = np.zeros((0, 3))  # the last `smoothing window` finished episodes, across calls
         self._num_finished = 0
         self.module.eval()  # this copy only acts; set once instead of on every forward call
         # Recurrent modules: the state of every lane, carried across sample_columns() calls, and which lanes' next
@@ -120,7 +119,6 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                        random_actions: bool = False, force_reset: bool = False) -> Columns:
         """Steps all N sub-envs ``T`` times, ``T = ceil(num_timesteps / N)`` or ``rollout_fragment_length``, and
         returns the :mod:`rl_speed.columns` batch; consecutive calls continue the same episodes."""
-        self._columnar = True
         if explore is None:
             explore = self.config.explore
         n = self.num_envs
@@ -128,13 +126,15 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                  else self.config.get_rollout_fragment_length(self.worker_index))
         with self.metrics.log_time(SAMPLE_TIMER):
             if self._obs is None or force_reset:
-                raw_obs, _ = self.env.reset()
+                # The first reset is seeded (config.seed, per worker), as RLlib's runner seeds its first one.
+                raw_obs, _ = self.env.reset(seed=None if self._columnar else self._seed)
                 self._obs = connectors.apply(self._connectors, raw_obs, connectors.Step(np.ones(self.num_envs, bool)))
                 self._resetting[:] = False
                 self._is_first[:] = True
                 self._episode_return[:] = 0.0
                 self._episode_len[:] = 0
                 self._episode_start[:] = time.perf_counter()
+            self._columnar = True
             columns = self._sample_steps(steps, explore, random_actions)
         valid_steps = num_steps(columns)
         self._increase_sampled_metrics(valid_steps, self._num_finished)
@@ -277,25 +277,25 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
     @override(SingleAgentEnvRunner)
     def get_metrics(self) -> dict:
-        """Reports RLlib's episode keys as statistics over this runner's last ``metrics_num_episodes_for_smoothing``
-        (divided among runners, as RLlib does) finished episodes: one ``log_value`` per key per call, where logging
-        each episode of hundreds of boards would cost more than sampling them. Episodes of RLlib's own ``sample()``
-        are reported by RLlib's code, as on any runner."""
+        """Reports RLlib's episode keys with RLlib's meaning: statistics over the episodes finished since the last
+        call (at most the last ``metrics_num_episodes_for_smoothing``, divided among runners), NaN when none did.
+        One ``log_value`` per key per call, where logging each episode of hundreds of boards would cost more than
+        sampling them. Episodes of RLlib's own ``sample()`` are reported by RLlib's code, as on any runner."""
         if self._columnar:
             self._log_column_episodes()
         return super().get_metrics()
 
     def _log_column_episodes(self) -> None:
-        if self._finished:
-            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing
-                                      / (self.config.num_env_runners or 1)))
-            self._recent = np.concatenate([self._recent, *self._finished])[-window:]
-            self._finished.clear()
-        if len(self._recent):  # every call, so iterations in which no episode ended still report the window
-            returns, lengths, seconds = self._recent.T
+        # As RLlib's runner: statistics over the episodes finished since the last call, at most the last
+        # `metrics_num_episodes_for_smoothing / num_env_runners` of them; NaN in a call after which none finished.
+        window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+        recent = np.concatenate(self._finished)[-window:] if self._finished else np.zeros((0, 3))
+        self._finished.clear()
+        if len(recent):
+            returns, lengths, seconds = recent.T
         else:
-            # No episode has ended yet: NaN, so the keys exist from the first result on (Tune's progress.csv takes
-            # its columns from the first result and never adds one later).
+            # (RLlib omits the keys until the first episode ends; NaN from the first result on gives Tune's
+            # progress.csv, which takes its columns from the first result, the columns.)
             returns = lengths = seconds = np.array([np.nan])
         for key, value, reduce in (
             (EPISODE_RETURN_MEAN, returns.mean(), "mean"), (EPISODE_LEN_MEAN, lengths.mean(), "mean"),

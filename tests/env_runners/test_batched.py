@@ -110,3 +110,67 @@ def test_rllib_sample_returns_episodes_and_shares_the_env_with_the_columnar_path
     check(columns)
     assert columns["valid"][0].all()
     assert runner.sample(num_timesteps=32, explore=True)  # and back: a fresh set of episodes
+
+
+def _cartpole_runners(n: int, fragment: int, window: int):
+    """RLlib's stock runner and a BatchedEnvRunner on the same seeded CartPole, acting with the same weights."""
+    rl_speed.register()
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from rl_speed.env_runners import BatchedEnvRunner
+
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=n, rollout_fragment_length=fragment)
+              .reporting(metrics_num_episodes_for_smoothing=window).debugging(seed=7))
+    stock = SingleAgentEnvRunner(config=config)
+    ours = BatchedEnvRunner(config=config.copy(copy_frozen=False).env_runners(env_runner_cls=BatchedEnvRunner))
+    ours.module.load_state_dict(stock.module.state_dict())
+    return stock, ours
+
+
+EPISODE_KEYS = ("episode_return_mean", "episode_return_min", "episode_return_max", "episode_len_mean",
+                "episode_len_min", "episode_len_max", "num_episodes")
+
+
+def test_episode_metrics_equal_the_stock_runners_on_the_same_episodes():
+    # Same seed, same greedy policy: the first 100 steps finish the same 8 episodes on both; the smoothing window
+    # (6) keeps the last 6 of them on both.
+    stock, ours = _cartpole_runners(n=4, fragment=25, window=6)
+    stock.sample(num_timesteps=100, explore=False)
+    ours.sample_columns(explore=False)
+    expected, got = stock.get_metrics(), ours.get_metrics()
+    assert expected["num_episodes"].peek() == 8
+    for key in EPISODE_KEYS:
+        assert got[key].peek() == pytest.approx(expected[key].peek()), key
+    for key, sub in (("agent_episode_return_mean", "default_agent"), ("module_episode_return_mean", "default_policy")):
+        assert got[key][sub].peek() == pytest.approx(expected[key][sub].peek()), key
+
+
+def test_episode_metrics_cover_the_episodes_since_the_last_call_as_stocks_do():
+    """Each call reports the episodes finished since the previous call (the last `window` of them), NaN when none
+    did: what RLlib's runner reports, not a window carried across iterations."""
+    _, ours = _cartpole_runners(n=4, fragment=8, window=3)
+    finished: list[float] = []
+    original = ours._track_episodes
+
+    def track(rewards, done, valid):
+        before = ours._episode_return.copy()
+        original(rewards, done, valid)
+        ended = done & valid
+        finished.extend((before + np.where(valid, rewards, 0.0))[ended])
+
+    ours._track_episodes = track
+    saw_nan = saw_values = False
+    for _ in range(12):
+        start = len(finished)
+        ours.sample_columns(explore=False)
+        value = ours.get_metrics()["episode_return_mean"].peek()
+        new = finished[start:]
+        if new:
+            saw_values = True
+            assert value == pytest.approx(np.mean(new[-3:]))
+        else:
+            saw_nan = True
+            assert np.isnan(value)
+    assert saw_nan and saw_values
