@@ -56,6 +56,10 @@ UNIFORM_TYPES = ("EpisodeReplayBuffer", "ReplayBuffer", "MultiAgentReplayBuffer"
                  "BatchedReplayBuffer")
 
 
+#: Updates one training step owes with ``rollout_fragment_length: auto`` (FastDQNConfig.get_rollout_fragment_length):
+#: the interleaving ``rl-speed bench dqn`` measured as fast, at any replay ratio.
+UPDATES_PER_TRAINING_STEP = 16
+
 #: FastDQN's own monitoring fields in the result dict: ``epsilon`` (the exploration rate at the current step) and
 #: ``replay_ratio`` (samples trained per env step sampled, over all training steps of this iteration). Loss and TD
 #: error are RLlib's learner keys (``learners/<module>/qf_loss``, ``td_error_mean``); buffer size and counts are
@@ -150,6 +154,29 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
             self._value_error(f"FastDQN: `train_every_env_steps`={k!r} must be an integer >= 1.")
         if k is not None and self.training_intensity is not None:
             self._value_error("FastDQN: set either `training_intensity` or `train_every_env_steps`, not both.")
+
+    @override(DQNConfig)
+    def get_rollout_fragment_length(self, worker_index: int = 0) -> int:
+        """With ``rollout_fragment_length: auto``, enough steps per env for ``UPDATES_PER_TRAINING_STEP`` updates at
+        the configured replay ratio (RLlib's DQN samples ``n_step`` steps per env per training step, which on the
+        columnar path leaves a training step's fixed costs, a sampling round trip and an update call, to a handful of
+        env steps). The ratio of replayed to sampled steps stays what the config says."""
+        if self.rollout_fragment_length != "auto":
+            return super().get_rollout_fragment_length(worker_index)
+        n_step = self.n_step if isinstance(self.n_step, int) else 1
+        lanes = self.num_envs_per_env_runner * max(1, self.num_env_runners or 0)
+        return max(n_step, round(UPDATES_PER_TRAINING_STEP * self.env_steps_per_update / lanes))
+
+    @property
+    def env_steps_per_update(self) -> float:
+        """Env steps sampled per gradient update: ``train_every_env_steps``, or batch / ``training_intensity``, or
+        RLlib's native ratio (one update per training step of ``n_step`` steps on every lane)."""
+        if self.train_every_env_steps is not None:
+            return float(self.train_every_env_steps)
+        if self.training_intensity is not None:
+            return self.total_train_batch_size / self.training_intensity
+        n_step = self.n_step if isinstance(self.n_step, int) else 1
+        return float(n_step * self.num_envs_per_env_runner * max(1, self.num_env_runners or 0))
 
     @property
     def prioritized(self) -> bool:
@@ -259,7 +286,9 @@ class FastDQN(DQN):
             return sampled / cfg.train_every_env_steps
         if cfg.training_intensity is not None:
             return sampled * cfg.training_intensity / batch_size
-        return 1.0
+        if cfg.rollout_fragment_length == "auto":  # RLlib's native ratio, over the larger auto fragment
+            return sampled / cfg.env_steps_per_update
+        return 1.0  # RLlib's native ratio: one update per training step
 
     def _learn(self, num_updates: int, batch_size: int, lifetime: int) -> None:
         cfg = self.config

@@ -197,7 +197,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             columns[C.VALID][t] = valid
             self._track_episodes(rewards, terminateds | truncateds, valid)
             self._is_first = ~valid  # a reset step's next observation starts an episode
-            obs = connectors.apply(self._connectors, raw_obs, connectors.Step(self._is_first, actions, rewards))
+            obs = (connectors.apply(self._connectors, raw_obs, connectors.Step(self._is_first, actions, rewards))
+                   if self._connectors else raw_obs)
             self._resetting = terminateds | truncateds
             self._obs = obs
         _write(columns[C.OBS], steps, self._obs)
@@ -209,7 +210,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         """One forward pass over all N observations. Modules that pick actions themselves (DQN's epsilon-greedy)
         return ``actions``; others return distribution inputs, which we sample here (PPO)."""
         with torch.inference_mode():
-            obs_t = tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs)  # Dict / Tuple leaves too
+            obs_t = (torch.from_numpy(obs) if isinstance(obs, np.ndarray)  # the common case, without tree's cost
+                     else tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs))  # Dict / Tuple
             # RLlib's own stateful modules (use_lstm) take a time axis: one step is [N, 1, ...] (as RLlib's
             # AddTimeDimToBatchAndZeroPad makes it); rl_speed's recurrent module takes [N, ...].
             time_axis = self._state is not None and not getattr(self.module, "resets_state_at_is_first", False)

@@ -200,7 +200,8 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
         out: dict[str, Any] = {}
         if self.uses_double_q:
             # one pass over [2B, ...] (leaf by leaf for Dict / Tuple observations)
-            both = self.q(tree.map_structure(lambda o, n: torch.cat([o, n], dim=0), obs, next_obs))
+            both = self.q(torch.cat([obs, next_obs], dim=0) if isinstance(obs, torch.Tensor)
+                          else tree.map_structure(lambda o, n: torch.cat([o, n], dim=0), obs, next_obs))
             out[QF_PREDS], out[QF_NEXT_PREDS] = torch.chunk(both, 2, dim=0)
         else:
             out[QF_PREDS] = self.q(obs)

@@ -243,7 +243,7 @@ def test_synchronous_sampling_is_never_stale_and_a_lost_runner_counts_as_dropped
         assert (sampler["batches_dropped_lifetime"], sampler["batches_stale_lifetime"], sampler["weights_lag_max"]) \
             == (0, 0, 0)
         algo.config._is_frozen = False
-        algo.config.sample_timeout_s = 0.01  # the runner cannot answer in time: its batch is dropped, not waited for
+        algo.config.sample_timeout_s = 1e-4  # no runner answers a remote call in time: its batch is dropped
         result = algo.train()
         assert result["sampler"]["batches_dropped_lifetime"] >= 1
     finally:
@@ -274,3 +274,23 @@ def test_iteration_reports_its_time_split_over_all_training_steps(ray_session):
     assert profile["learn_s"] > 0 and profile["replay_s"] > 0
     assert 0.4 <= sum(profile[k] for k in profile if k.endswith("_s")) <= result["time_this_iter_s"]
     assert result["timers"]["learner_update_timer"] > 0  # RLlib's own timer keys, from the same measurements
+
+
+@pytest.mark.parametrize("training, lanes, fragment, ratio", [
+    ({"training_intensity": 0.5}, 256, 8, 0.5),  # batch 64: 128 env steps per update; 16 updates = 8 per lane
+    ({}, 8, 16, 64 / 8),  # RLlib's native ratio: one update of 64 per n_step (1) step on each of 8 lanes
+    ({"train_every_env_steps": 4}, 8, 8, 64 / 4),
+])
+def test_auto_fragment_samples_16_updates_worth_per_training_step_at_the_configured_ratio(
+        ray_session, training, lanes, fragment, ratio):
+    config = (_config(**training).env_runners(num_envs_per_env_runner=lanes, rollout_fragment_length="auto")
+              .training(num_steps_sampled_before_learning_starts=0, n_step=1, training_intensity=training.get(
+                  "training_intensity"), train_every_env_steps=training.get("train_every_env_steps")))
+    assert config.get_rollout_fragment_length() == fragment
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+    finally:
+        algo.stop()
+    assert result["monitor"]["replay_ratio"] == pytest.approx(ratio, rel=0.15)
