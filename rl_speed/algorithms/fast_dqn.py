@@ -9,8 +9,9 @@ Same config keys, module and learner (loss) as RLlib's DQN; what changes is the 
 ``k`` gradient steps the replay ratio asks for this iteration (k minibatches of B). Priorities are updated from the
 learner's per-sample TD errors after that call, and the target network follows ``target_network_update_freq`` as in
 DQN. Each iteration reports where its time went (``rl_speed_profile``: sample, replay, learn, sync_weights; see
-:mod:`rl_speed.algorithms.telemetry`). Evaluation is RLlib's own. Difference from stock DQN (stated, not hidden): the k minibatches of one iteration are drawn together, so the
-later ones do not see priority changes from the earlier ones of the same iteration.
+:mod:`rl_speed.algorithms.telemetry`). Evaluation is RLlib's own. Difference from stock DQN (stated, not hidden):
+the k minibatches of one iteration are drawn together, so the later ones do not see priority changes from the
+earlier ones of the same iteration.
 """
 
 from __future__ import annotations
@@ -297,7 +298,8 @@ class FastDQN(DQN):
             sample = self._buffer.sample(num_updates * batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
                                          beta=cfg.replay_buffer_config.get("beta"))
         train = SampleBatch({
-            "obs": self._unpack_obs(sample["obs"]), "new_obs": self._unpack_obs(sample["next_obs"]), "actions": sample["actions"],
+            "obs": self._unpack_obs(sample["obs"]), "new_obs": self._unpack_obs(sample["next_obs"]),
+            "actions": sample["actions"],
             "rewards": sample["rewards"], "terminateds": sample["terminateds"],
             "n_step": sample["n_step"].astype(np.float32), "weights": sample["weights"],
         })
