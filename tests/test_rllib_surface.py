@@ -49,6 +49,8 @@ PRIVATE = [
      "BatchedEnvRunner.sample_columns"),
     ("ray.rllib.env.single_agent_env_runner", "SingleAgentEnvRunner", "_needs_initial_reset", "attribute",
      "BatchedEnvRunner.sample (the two paths share the env)"),
+    ("ray.rllib.env.env_runner", "EnvRunner", "_seed", "attribute",
+     "BatchedEnvRunner.sample_columns (the first reset is seeded as RLlib's)"),
     ("ray.rllib.env.single_agent_env_runner", "SingleAgentEnvRunner", "_env_to_module", "attribute",
      "BatchedEnvRunner: the columnar forms of the pipeline RLlib built"),
     ("ray.rllib.env.single_agent_env_runner", "SingleAgentEnvRunner", "_weights_seq_no", "attribute",

@@ -30,6 +30,7 @@ class Regime:
     num_envs: int
     batch_size: int
     env_steps_per_update: int
+    defaults: bool = False  # RLlib's default model, fragment (auto), buffer and DQN settings; only the above set
 
 
 REGIMES = {
@@ -39,6 +40,10 @@ REGIMES = {
 }
 ENVS = {"CartPole-v1": {}, "rl_speed/Snake-v0": {"observation": "flat", "height": 8, "width": 8}}
 HIDDEN = [64, 64]
+#: What a user gets by changing only `run:` (issue 16): 256 envs, training_intensity 0.5, DQN's default batch (32),
+#: model (256-256), fragment ("auto") and replay buffer, on both sides; the bare loop uses 256-256 networks.
+DEFAULTS = Regime(num_envs=256, batch_size=32, env_steps_per_update=64, defaults=True)
+DEFAULT_HIDDEN = [256, 256]
 WARMUP_STEPS = 1000
 
 
@@ -54,6 +59,13 @@ def _rllib_config(algo: str, env: str, env_config: dict, regime: Regime, device:
         # Columns amortize per-call costs: sample >= 32 env steps and >= 16 updates' worth per training step
         # (the replay ratio is the same; updates are interleaved with sampling at a coarser grain).
         fragment = max(32 // regime.num_envs, 16 * regime.env_steps_per_update // regime.num_envs, 1)
+    if regime.defaults:
+        return (Config().environment(env, env_config=env_config)
+                .env_runners(num_env_runners=0, num_envs_per_env_runner=regime.num_envs,
+                             gym_env_vectorize_mode="vector_entry_point")
+                .training(training_intensity=regime.batch_size / regime.env_steps_per_update)
+                .reporting(min_sample_timesteps_per_iteration=1000, min_time_s_per_iteration=0)
+                .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
     return (
         Config()
         .environment(env, env_config=env_config)
@@ -105,7 +117,7 @@ def _bare_rates(env_id: str, env_config: dict, regime: Regime, seconds: float,
     env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
     obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
     dev = torch.device(device)
-    q = tanh_mlp(obs_dim, num_actions, HIDDEN).to(dev)
+    q = tanh_mlp(obs_dim, num_actions, DEFAULT_HIDDEN if regime.defaults else HIDDEN).to(dev)
     target = copy.deepcopy(q)
     opt = torch.optim.Adam(q.parameters(), lr=5e-4)
     cap = 100_000
@@ -194,6 +206,39 @@ def run(repeats: int = 3, seconds: float = 10.0, envs: tuple[str, ...] = tuple(E
         "| env | regime | stock DQN | FastDQN | bare loop | FastDQN / stock | FastDQN / bare |",
         "|---|---|---:|---:|---:|---:|---:|",
         *rows,
+    ])
+
+
+def run_defaults(repeats: int = 3, seconds: float = 10.0, device: str = "cpu") -> str:
+    """Stock DQN vs FastDQN vs the bare loop at RLlib's defaults (:data:`DEFAULTS`), CartPole."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
+             log_to_driver=False)
+    torch.set_num_threads(1)
+    runs: dict[str, list[tuple[float, float]]] = {"stock": [], "fast": [], "bare": []}
+    try:
+        for _ in range(repeats):  # interleaved, so drift on this shared machine hits all three alike
+            runs["stock"].append(_rllib_rates("stock", "CartPole-v1", {}, DEFAULTS, seconds, device))
+            runs["fast"].append(_rllib_rates("fast", "CartPole-v1", {}, DEFAULTS, seconds, device))
+            runs["bare"].append(_bare_rates("CartPole-v1", {}, DEFAULTS, seconds, device))
+    finally:
+        ray.shutdown()
+    med = {k: (statistics.median(s for s, _ in v), statistics.median(u for _, u in v)) for k, v in runs.items()}
+    return "\n".join([
+        "### DQN at RLlib's defaults: stock vs FastDQN vs bare torch loop (env steps/s / learner updates/s)",
+        "",
+        f"Command: `rl-speed bench dqn-defaults` · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · "
+        f"learner on {device}, torch threads 1, local sampling, CartPole-v1, 256 envs, training_intensity 0.5, "
+        "everything else RLlib's DQN defaults on both sides (batch 32, default model and replay buffer, "
+        "`rollout_fragment_length: auto`); bare loop: 256-256 tanh Q-net, one update of 32 per 64 env steps; "
+        f"median of {repeats} interleaved runs of {seconds:.0f} s after learning starts.",
+        "",
+        "| stock DQN | FastDQN | bare loop | FastDQN / stock | FastDQN / bare |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {med['stock'][0]:,.0f} / {med['stock'][1]:,.0f} | {med['fast'][0]:,.0f} / {med['fast'][1]:,.0f} | "
+        f"{med['bare'][0]:,.0f} / {med['bare'][1]:,.0f} | {med['fast'][0] / med['stock'][0]:.1f}x | "
+        f"{med['fast'][0] / med['bare'][0]:.2f}x |",
     ])
 
 

@@ -46,7 +46,13 @@ ENVS: dict[str, dict] = {
 HIDDEN = [64, 64]
 
 
-def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: int) -> float:
+#: What a user gets by changing only `run:` (issue 16): RLlib's default model (256-256 tanh, separate value net) and
+#: `rollout_fragment_length: auto`, at the issue's size; the bare loop uses the same 256-256 networks.
+DEFAULTS = Size(num_envs=1_024, batch_size=32_768, minibatch_size=8_192)
+DEFAULT_HIDDEN = [256, 256]
+
+
+def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: int, defaults: bool = False) -> float:
     import rl_speed
 
     rl_speed.register()
@@ -67,16 +73,18 @@ def _rllib_rate(algo: str, env: str, env_config: dict, size: Size, iterations: i
         .environment(env, env_config=env_config)
         .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs,
                      gym_env_vectorize_mode="sync" if stock_multi_agent else "vector_entry_point")
-        .rl_module(model_config={"fcnet_hiddens": HIDDEN, "fcnet_activation": "tanh", "head_fcnet_hiddens": []})
         .training(train_batch_size_per_learner=size.batch_size, minibatch_size=size.minibatch_size, num_epochs=1,
                   lr=3e-4)
     )
+    if not defaults:
+        config = config.rl_module(model_config={"fcnet_hiddens": HIDDEN, "fcnet_activation": "tanh",
+                                                "head_fcnet_hiddens": []})
     if stock_multi_agent:
         config = config.multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kw: "shared")
     return train_rate(config, iterations, warmup=1, agents_per_step=agents_per_step)[0]
 
 
-def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> float:
+def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int, hidden: list[int] = HIDDEN) -> float:
     """The no-framework ceiling: numpy vector env, the same networks, GAE and clipped PPO loss, one process."""
     import rl_speed_envs
 
@@ -90,7 +98,7 @@ def _bare_rate(env_id: str, env_config: dict, size: Size, iterations: int) -> fl
     else:
         env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **env_config)
     obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
-    pi, vf = tanh_mlp(obs_dim, num_actions, HIDDEN), tanh_mlp(obs_dim, 1, HIDDEN)
+    pi, vf = tanh_mlp(obs_dim, num_actions, hidden), tanh_mlp(obs_dim, 1, hidden)
     opt = torch.optim.Adam([*pi.parameters(), *vf.parameters()], lr=3e-4)
     obs, _ = env.reset(seed=0)
     resetting = np.zeros(n, dtype=bool)
@@ -185,4 +193,34 @@ def run(repeats: int = 3, iterations: int = 5, envs: tuple[str, ...] = tuple(ENV
         "| env | size | stock PPO | FastPPO | bare loop | FastPPO / stock | FastPPO / bare |",
         "|---|---|---:|---:|---:|---:|---:|",
         *rows,
+    ])
+
+
+def run_defaults(repeats: int = 3, iterations: int = 3) -> str:
+    """Stock PPO vs FastPPO vs the bare loop at RLlib's default model and fragment (:data:`DEFAULTS`), CartPole."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    runs: dict[str, list[float]] = {"stock": [], "fast": [], "bare": []}
+    try:
+        for _ in range(repeats):  # interleaved, so drift on this shared machine hits all three alike
+            runs["stock"].append(_rllib_rate("stock", "CartPole-v1", {}, DEFAULTS, iterations, defaults=True))
+            runs["fast"].append(_rllib_rate("fast", "CartPole-v1", {}, DEFAULTS, iterations, defaults=True))
+            runs["bare"].append(_bare_rate("CartPole-v1", {}, DEFAULTS, iterations, DEFAULT_HIDDEN))
+    finally:
+        ray.shutdown()
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return "\n".join([
+        "### PPO at RLlib's default model and fragment: stock vs FastPPO vs bare torch loop (env steps/s)",
+        "",
+        f"Command: `rl-speed bench ppo-defaults` · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · torch "
+        f"threads {torch.get_num_threads()}, local sampling, CartPole-v1, 1,024 envs, batch 32,768, minibatch 8,192, "
+        "1 epoch, RLlib's default model (256-256 tanh, separate value net) and `rollout_fragment_length: auto` on "
+        f"both sides; bare loop: the same 256-256 networks; median of {repeats} interleaved runs of {iterations} "
+        "iterations after one warm-up iteration.",
+        "",
+        "| stock PPO | FastPPO | bare loop | FastPPO / stock | FastPPO / bare |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {med['stock']:,.0f} | {med['fast']:,.0f} | {med['bare']:,.0f} | {med['fast'] / med['stock']:.1f}x | "
+        f"{med['fast'] / med['bare']:.2f}x |",
     ])

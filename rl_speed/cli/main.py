@@ -12,13 +12,14 @@ import sys
 from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, parse_json_flag
 
 USAGE_ERROR = 2
-#: benchmark name -> module with a run(repeats) -> markdown function
+#: benchmark name -> "module" with a run(repeats) -> markdown function, or "module:function"
 BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
               "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
               "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
               "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner",
               "mario-scaling": "rl_speed.bench.mario_scaling", "mario-policy": "rl_speed.bench.mario_policy",
-              "replay-memory": "rl_speed.bench.replay_memory", "lstm": "rl_speed.bench.lstm"}
+              "replay-memory": "rl_speed.bench.replay_memory", "lstm": "rl_speed.bench.lstm",
+              "ppo-defaults": "rl_speed.bench.ppo:run_defaults", "dqn-defaults": "rl_speed.bench.dqn:run_defaults"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         import importlib
 
-        run = importlib.import_module(BENCHMARKS[args.name]).run
+        module, _, function = BENCHMARKS[args.name].partition(":")
+        run = getattr(importlib.import_module(module), function or "run")
         kwargs = {"device": args.device} if args.device != "cpu" else {}
         if args.checkpoint:
             kwargs["checkpoint"] = args.checkpoint
