@@ -28,13 +28,13 @@ rows = {}
 try:
     for env in ppo.ENVS:
         for name, size in (ppo.GRID_SIZES if env == ppo.GRID else ppo.SIZES).items():
-            rows[f"ppo | {env} | {name}"] = ppo._rllib_rate("fast", env, ppo.ENVS[env], size, ITERATIONS)
+            rows[f"ppo · {env} · {name}"] = ppo._rllib_rate("fast", env, ppo.ENVS[env], size, ITERATIONS)
     torch.set_num_threads(1)
     for env in dqn.ENVS:
         for name, regime in dqn.REGIMES.items():
             steps, updates = dqn._rllib_rates("fast", env, dqn.ENVS[env], regime, SECONDS)
-            rows[f"dqn | {env} | {name} (env steps/s)"] = steps
-            rows[f"dqn | {env} | {name} (updates/s)"] = updates
+            rows[f"dqn · {env} · {name} (env steps/s)"] = steps
+            rows[f"dqn · {env} · {name} (updates/s)"] = updates
 finally:
     ray.shutdown()
 print("ROWS=" + json.dumps(rows))
