@@ -250,41 +250,43 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
     return algo_config
 
 
-#: Connector pieces a YAML file may name: RLlib's env-to-module pieces and its frame-stacking learner piece.
+#: Connector pieces a YAML file may name, per config key: RLlib's env-to-module pieces and its frame-stacking learner
+#: piece (name -> "module:attribute").
 CONNECTORS = {
-    "env_to_module_connector": ("MeanStdFilter", "FlattenObservations", "PrevActionsPrevRewards",
-                                "FrameStackingEnvToModule"),
-    "learner_connector": ("FrameStackingLearner",),
+    "env_to_module_connector": {
+        "MeanStdFilter": "ray.rllib.connectors.env_to_module:MeanStdFilter",
+        "FlattenObservations": "ray.rllib.connectors.env_to_module:FlattenObservations",
+        "PrevActionsPrevRewards": "ray.rllib.connectors.env_to_module:PrevActionsPrevRewards",
+        "FrameStackingEnvToModule": "ray.rllib.connectors.env_to_module.frame_stacking:FrameStackingEnvToModule",
+    },
+    "learner_connector": {
+        "FrameStackingLearner": "ray.rllib.connectors.learner.frame_stacking:FrameStackingLearner",
+    },
 }
 
 
 def _connector_factory(source: str, name: str, key: str, value: Any) -> Callable:
     """``[Name, {Name: {kwargs}}, ...]`` (or one name) -> the factory RLlib's config takes for ``key``."""
-    import importlib
-
-    items = value if isinstance(value, list) else [value]
+    known = CONNECTORS[key]
     pieces = []
-    for item in items:
-        piece, kwargs = (next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (item, {}))
-        if piece not in CONNECTORS[key] or not isinstance(kwargs, dict):
+    for item in value if isinstance(value, list) else [value]:
+        piece, kwargs = next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (item, {})
+        if piece not in known or not isinstance(kwargs, dict):
+            first = next(iter(known))
             raise ExperimentFileError(source, f"{name}.config.{key}", f"{item!r} is not a connector piece this file "
-                                      f"can name{_did_you_mean(str(piece), CONNECTORS[key])}.",
-                                      f"list pieces by class name, e.g. `{key}: [{CONNECTORS[key][0]}]`, with "
-                                      f"arguments as `{{{CONNECTORS[key][0]}: {{...}}}}`; pieces: "
-                                      f"{', '.join(CONNECTORS[key])}.")
-        pieces.append((piece, kwargs))
-    package = "ray.rllib.connectors.env_to_module" if key == "env_to_module_connector" else \
-        "ray.rllib.connectors.learner.frame_stacking"
+                                      f"can name{_did_you_mean(str(piece), known)}.",
+                                      f"list pieces by class name, e.g. `{key}: [{first}]`, with arguments as "
+                                      f"`{{{first}: {{...}}}}`; pieces: {', '.join(known)}.")
+        pieces.append((known[piece], kwargs))
 
     def build(*_: Any) -> list:  # (env, spaces, device) or (obs space, action space): RLlib passes both forms
-        module = importlib.import_module(package)
-        if key == "env_to_module_connector":
-            from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+        import importlib
 
-            module = {**vars(module), "FrameStackingEnvToModule": FrameStackingEnvToModule}
-        else:
-            module = vars(module)
-        return [module[piece](**kwargs) for piece, kwargs in pieces]
+        def make(path: str, kwargs: dict) -> Any:
+            module, _, attribute = path.partition(":")
+            return getattr(importlib.import_module(module), attribute)(**kwargs)
+
+        return [make(path, kwargs) for path, kwargs in pieces]
 
     return build
 

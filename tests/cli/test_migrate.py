@@ -131,3 +131,13 @@ def test_old_files_reach_their_stop_rewards(name, reward, tmp_path, cli_env):
     best, steps = _run_old(name, tmp_path, cli_env)
     print(json.dumps({"file": name, "best": best, "steps": steps}))
     assert best >= reward, (best, steps)
+
+
+def test_connectors_named_in_yaml_are_built_with_their_arguments(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("x:\n  run: FastPPO\n  env: CartPole-v1\n  config:\n    env_to_module_connector:\n"
+                    "      - PrevActionsPrevRewards: {n_prev_actions: 2}\n      - FlattenObservations\n")
+    (experiment,) = load_experiments(path)
+    first, second = experiment.config._env_to_module_connector(None, None, None)
+    assert (type(first).__name__, first.n_prev_actions, type(second).__name__) == \
+        ("PrevActionsPrevRewards", 2, "FlattenObservations")
