@@ -20,8 +20,30 @@ from pathlib import Path
 from rl_speed.bench.common import machine
 
 ROOT = Path(__file__).resolve().parents[2]
-#: tuned example -> (k1, k2) iterations for the two CLI runs
-FILES = {"cartpole_fastppo.yaml": (10, 110), "cartpole_fastdqn.yaml": (10, 60)}
+#: experiment file -> (k1, k2) iterations for the two CLI runs; "bench-size" is written on the fly: the PPO bench's
+#: CartPole row at 1,024 envs (sub-second iterations, where Tune's per-iteration cost weighs most)
+FILES = {"cartpole_fastppo.yaml": (10, 110), "cartpole_fastdqn.yaml": (10, 60), "bench-size": (5, 85)}
+BENCH_SIZE = """
+cartpole-fastppo-1024:
+  run: FastPPO
+  env: CartPole-v1
+  config:
+    num_env_runners: 0
+    num_envs_per_env_runner: 1024
+    train_batch_size_per_learner: 32768
+    minibatch_size: 8192
+    num_epochs: 1
+    lr: 0.0003
+    model_config: {fcnet_hiddens: [64, 64], fcnet_activation: tanh, head_fcnet_hiddens: []}
+"""
+
+
+def _path(name: str, folder: Path) -> Path:
+    if name != "bench-size":
+        return ROOT / "tuned_examples" / name
+    path = folder / "bench_size.yaml"
+    path.write_text(BENCH_SIZE)
+    return path
 
 
 def _direct_rate(path: Path, iterations: int) -> float:
@@ -54,26 +76,28 @@ def _cli_run(path: Path, iterations: int) -> tuple[float, float]:
         return wall, float(line.split("env steps in")[0].replace(",", "").strip())
 
 
-def run(repeats: int = 2) -> str:
+def run(repeats: int = 2, files: tuple[str, ...] = tuple(FILES)) -> str:
     import ray
 
     import rl_speed
 
     rl_speed.register()
-    direct: dict[str, list[float]] = {name: [] for name in FILES}
+    folder = Path(tempfile.mkdtemp())
+    direct: dict[str, list[float]] = {name: [] for name in files}
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         for _ in range(repeats):
-            for name, (k1, k2) in FILES.items():
-                direct[name].append(_direct_rate(ROOT / "tuned_examples" / name, k2 - k1))
+            for name in files:
+                k1, k2 = FILES[name]
+                direct[name].append(_direct_rate(_path(name, folder), k2 - k1))
     finally:
         ray.shutdown()
     rows = []
-    for name, (k1, k2) in FILES.items():
+    for name in files:
+        k1, k2 = FILES[name]
         rates = []
         for _ in range(repeats):
-            (wall1, steps1), (wall2, steps2) = _cli_run(ROOT / "tuned_examples" / name, k1), \
-                _cli_run(ROOT / "tuned_examples" / name, k2)
+            (wall1, steps1), (wall2, steps2) = _cli_run(_path(name, folder), k1), _cli_run(_path(name, folder), k2)
             rates.append((steps2 - steps1) / (wall2 - wall1))
         d, c = statistics.median(direct[name]), statistics.median(rates)
         rows.append(f"| `{name}` | {d:,.0f} | {c:,.0f} | {c / d:.2f}x |")
@@ -84,7 +108,7 @@ def run(repeats: int = 2) -> str:
         "tuned example's config in this process; CLI: marginal rate between runs stopped at k1 and k2 iterations "
         f"({', '.join(f'{n}: {k1}/{k2}' for n, (k1, k2) in FILES.items())}); median of {repeats}.",
         "",
-        "| tuned example | direct | rl-speed train | CLI / direct |",
+        "| experiment | direct | rl-speed train | CLI / direct |",
         "|---|---:|---:|---:|",
         *rows,
     ])
