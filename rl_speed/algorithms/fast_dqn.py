@@ -162,22 +162,24 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
         the configured replay ratio (RLlib's DQN samples ``n_step`` steps per env per training step, which on the
         columnar path leaves a training step's fixed costs, a sampling round trip and an update call, to a handful of
         env steps). The ratio of replayed to sampled steps stays what the config says."""
+        rllib_fragment = super().get_rollout_fragment_length(worker_index)  # the value given, or n_step for auto
         if self.rollout_fragment_length != "auto":
-            return super().get_rollout_fragment_length(worker_index)
-        n_step = self.n_step if isinstance(self.n_step, int) else 1
-        lanes = self.num_envs_per_env_runner * max(1, self.num_env_runners or 0)
-        return max(n_step, round(UPDATES_PER_TRAINING_STEP * self.env_steps_per_update / lanes))
+            return rllib_fragment
+        return max(rllib_fragment, round(UPDATES_PER_TRAINING_STEP * self.env_steps_per_update / self._lanes))
 
     @property
     def env_steps_per_update(self) -> float:
         """Env steps sampled per gradient update: ``train_every_env_steps``, or batch / ``training_intensity``, or
-        RLlib's native ratio (one update per training step of ``n_step`` steps on every lane)."""
+        RLlib's native ratio (one update per training step of RLlib's fragment on every lane)."""
         if self.train_every_env_steps is not None:
             return float(self.train_every_env_steps)
         if self.training_intensity is not None:
             return self.total_train_batch_size / self.training_intensity
-        n_step = self.n_step if isinstance(self.n_step, int) else 1
-        return float(n_step * self.num_envs_per_env_runner * max(1, self.num_env_runners or 0))
+        return float(DQNConfig.get_rollout_fragment_length(self) * self._lanes)
+
+    @property
+    def _lanes(self) -> int:
+        return self.num_envs_per_env_runner * max(1, self.num_env_runners or 0)
 
     @property
     def prioritized(self) -> bool:

@@ -30,6 +30,11 @@ def _filter(value: Any) -> Any:
 
 
 def _num_gpus(value: Any) -> Any:
+    # The old key gave the local learner that many GPUs (a fraction: a share of one). The new stack gives each
+    # learner one; several GPUs mean several learners, which changes the run, so it is the user's call.
+    if value > 1:
+        raise MigrationError(f"`num_gpus: {value}` trained one learner on {value} GPUs; the new stack runs one "
+                             f"learner per GPU: set `num_learners: {int(value)}` and `num_gpus_per_learner: 1`.")
     return 1 if value else 0
 
 

@@ -97,6 +97,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # observation starts an episode (the state is reset there).
         self._state: Any = None
         self._is_first = np.ones(n, dtype=bool)
+        # RLlib's own stateful modules (use_lstm) act on [N, 1, ...]; rl_speed's recurrent module on [N, ...].
+        self._needs_time_axis = self.module.is_stateful() and not getattr(self.module, "resets_state_at_is_first",
+                                                                          False)
         self._columnar = False  # sample_columns() has run: get_metrics() reports its episode window
         # The columnar forms of the env-to-module pieces the user configured (RLlib built its pipeline above): an
         # unsupported piece fails here, while the algorithm is built, before any training.
@@ -212,10 +215,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         with torch.inference_mode():
             obs_t = (torch.from_numpy(obs) if isinstance(obs, np.ndarray)  # the common case, without tree's cost
                      else tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs))  # Dict / Tuple
-            # RLlib's own stateful modules (use_lstm) take a time axis: one step is [N, 1, ...] (as RLlib's
-            # AddTimeDimToBatchAndZeroPad makes it); rl_speed's recurrent module takes [N, ...].
-            time_axis = self._state is not None and not getattr(self.module, "resets_state_at_is_first", False)
-            if time_axis:
+            if self._needs_time_axis:  # one step as [N, 1, ...], as RLlib's AddTimeDimToBatchAndZeroPad makes it
                 obs_t = tree.map_structure(lambda o: o[:, None], obs_t)
             batch = {RLlibColumns.OBS: obs_t}
             if self._state is not None:
@@ -226,7 +226,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 out = self.module._forward_exploration(batch, t=t)
             else:
                 out = self.module._forward_inference(batch)
-            if time_axis:
+            if self._needs_time_axis:
                 out = {k: (v[:, 0] if k in (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS) else v)
                        for k, v in out.items()}
             extra: dict[str, np.ndarray] = {}

@@ -54,6 +54,7 @@ def test_each_renamed_stop_key_is_translated_with_a_notice(old):
     ({"model": {"lstm_use_prev_action": True}}, "`model.lstm_use_prev_action` has no new-stack form"),
     ({"observation_filter": "ConcurrentMeanStdFilter"}, "has no new-stack form"),
     ({"num_workers": 1, "num_env_runners": 2}, "both `num_workers` and its new form `num_env_runners`"),
+    ({"num_gpus": 2}, "set `num_learners: 2` and `num_gpus_per_learner: 1`"),
 ])
 def test_keys_without_a_new_stack_meaning_are_refused_by_name(config, needle):
     with pytest.raises(MigrationError, match=needle.replace("(", r"\(").replace(")", r"\)")):
