@@ -19,7 +19,7 @@
   (``qf_preds``, ``qf_next_preds`` for double Q, ``qf_target_next_preds``), so RLlib's DQN learner trains it.
 
 model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]; [512] for ``nature``), ``fcnet_activation``
-("relu" | "tanh", default "relu"; ``nature`` always uses ReLU) and ``head_fcnet_hiddens`` (extra layers before the Q
+("relu" | "tanh", default RLlib's "tanh" for ``mlp``, "relu" for ``cnn``; ``nature`` always uses ReLU) and ``head_fcnet_hiddens`` (extra layers before the Q
 head, default []), so a stock DQN config builds the same network; plus ``encoder`` ("mlp" | "cnn" | "nature"),
 ``conv_channels`` (default [32, 64]; cnn only) and ``batch_norm`` (nature only, default true); ``dueling`` /
 ``double_q`` / ``epsilon`` come from DQN's config.
@@ -39,6 +39,7 @@ from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TAR
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.utils import make_target_network
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, QNetAPI, TargetNetworkAPI
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.rl_module import RLModule
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
@@ -123,7 +124,8 @@ class QTorso(nn.Module):
         kind = cfg.get("encoder") or ("cnn" if len(self.pre.out_shape) == 3 else "mlp")
         default_hiddens = [512] if kind == "nature" else [256, 256]
         hiddens = list(cfg.get("fcnet_hiddens", default_hiddens)) + list(cfg.get("head_fcnet_hiddens") or [])
-        activation = cfg.get("fcnet_activation", "relu")
+        # RLlib's default for MLP encoders (DefaultModelConfig: tanh), so `run: DQN` -> `run: FastDQN` keeps the network
+        activation = cfg.get("fcnet_activation", DefaultModelConfig.fcnet_activation if kind == "mlp" else "relu")
         if activation not in ACTIVATIONS:
             raise ValueError(f"QNetModule: model_config `fcnet_activation`={activation!r} is invalid; "
                              f"use one of {', '.join(ACTIVATIONS)}.")
