@@ -16,6 +16,7 @@ A plain dict (not a class) so it crosses Ray's object store as a handful of larg
 | ``is_first`` | ``[T, N]`` | bool | runner (stateful modules) | PPO learner: the recurrent state is reset there |
 | ``state_in`` | ``[T / L, N, ...]`` | float32 (a structure like the module's state) | runner (stateful modules) | PPO learner: the state at the start of each ``L``-step chunk |
 | ``state_out`` | ``[1, N, ...]`` | float32 (like ``state_in``) | runner (stateful modules) | PPO learner (RLlib's stateful modules): the state after the last step, from which ``obs[T]`` is valued |
+| ``module`` | ``[T + 1, N]`` | int16 | multi-agent runner | PPO learner: which module owns ``obs[t]`` of a lane (an index into the sorted module ids of the ``MultiRLModule``; -1: no agent) |
 
 ``obs[t]`` is what the module saw at step t and ``obs[T]`` the observation after the last step, so the next
 observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds`` say the episode ended at step t
@@ -23,6 +24,11 @@ observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds``
 after an episode end only resets the env, its action is ignored, and it is not a transition. So a valid step t is
 always followed by ``obs[t + 1]`` of the same episode: after a termination or truncation it is the final observation
 (truncations bootstrap from it), and the reset observation only arrives one step later, on the invalid step.
+
+Multi-agent columns (:class:`rl_speed.env_runners.multi_agent.MultiAgentBatchedEnvRunner`): a lane is one agent slot
+of one env copy (lane ``i * A + a`` is agent ``a`` of copy ``i``), ``valid`` is True where that agent acted, and
+``module`` says which module acted (fixed per slot for an episode; the invalid reset step after an episode end still
+belongs to the ended episode, like ``obs[t + 1]`` there).
 
 Value estimates are not a column: the PPO learner computes them with the weights it trains, so a module's acting-time
 ``vf_preds`` would never be read.
@@ -51,6 +57,7 @@ ACTION_DIST_INPUTS = "action_dist_inputs"
 IS_FIRST = "is_first"
 STATE_IN = "state_in"
 STATE_OUT = "state_out"
+MODULE = "module"
 
 REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 #: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.
@@ -80,6 +87,8 @@ def check(columns: Columns) -> None:
     for value in tree.flatten(columns[OBS]):
         if np.shape(value)[:2] != (t + 1, n):
             raise ValueError(f"Columns: `obs` has shape {np.shape(value)}, expected [{t + 1}, {n}, ...] (T + 1 rows).")
+    if MODULE in columns and np.shape(columns[MODULE]) != (t + 1, n):
+        raise ValueError(f"Columns: `module` has shape {np.shape(columns[MODULE])}, expected [{t + 1}, {n}].")
     for value in tree.flatten(columns.get(STATE_OUT, [])):
         if value.shape[:2] != (1, n):
             raise ValueError(f"Columns: `state_out` has shape {value.shape}, expected [1, {n}, ...].")

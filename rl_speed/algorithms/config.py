@@ -34,6 +34,8 @@ class ColumnarConfigMixin:
 
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
     supports_cuda_graph: bool = False
+    #: Whether the algorithm trains on multi-agent columns (MultiAgentBatchedEnvRunner); set by the algorithm's config.
+    supports_multi_agent: bool = False
 
     @override(AlgorithmConfig)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -67,7 +69,8 @@ class ColumnarConfigMixin:
         from rl_speed.registry import check_env_installed
 
         check_env_installed(self.env)  # a missing optional extra (e.g. [mario]) fails here, with its install command
-        if self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env):
+        if (self.gym_env_vectorize_mode in ("sync", gym.VectorizeMode.SYNC) and has_vector_entry_point(self.env)
+                and not self.is_multi_agent):  # (RLlib vectorizes MultiAgentEnvs with "sync" only)
             self.gym_env_vectorize_mode = "vector_entry_point"  # the native vector env where the env has one
         if not isinstance(self.async_sampling, bool):
             self._value_error(f"{name}: `async_sampling`={self.async_sampling!r} must be true or false.")
@@ -81,6 +84,7 @@ class ColumnarConfigMixin:
         if self.num_envs_per_env_runner < 1:
             self._value_error(f"{name}: `num_envs_per_env_runner`={self.num_envs_per_env_runner!r} must be >= 1.")
         if not self.in_evaluation:
+            check_multi_agent(self, name)
             check_connectors(self, name)
 
 
@@ -98,20 +102,84 @@ def has_vector_entry_point(env: Any) -> bool:
         return False
 
 
+def make_probe_env(config: Any) -> Any:
+    """One instance of the configured env, built on the driver as RLlib's runners build it (a Tune-registered
+    creator, a class or callable, or a gymnasium id), for checks that must run before Ray starts."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    env_config = dict(config.env_config)
+    if isinstance(config.env, str) and _global_registry.contains(ENV_CREATOR, config.env):
+        return _global_registry.get(ENV_CREATOR, config.env)(env_config)
+    if callable(config.env):
+        return config.env(env_config)
+    return gym.make(config.env, **env_config)
+
+
+def makes_multi_agent_env(config: Any) -> bool:
+    """Whether the configured env is an RLlib ``MultiAgentEnv`` (a class is checked without building it; a
+    Tune-registered creator is built once)."""
+    from ray.rllib.env.multi_agent_env import MultiAgentEnv
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    from rl_speed.registry import ENVIRONMENTS
+
+    env = config.env
+    if isinstance(env, type):
+        return issubclass(env, MultiAgentEnv)
+    if isinstance(env, str) and env not in ENVIRONMENTS and _global_registry.contains(ENV_CREATOR, env):
+        probe = make_probe_env(config)
+        try:
+            return isinstance(getattr(probe, "unwrapped", probe), MultiAgentEnv)
+        finally:
+            probe.close()
+    return False
+
+
+def check_multi_agent(config: Any, name: str) -> None:
+    """Multi-agent configs: the runner that samples multi-agent columns, or a config-time error naming what the
+    columnar path cannot do (and what to use instead)."""
+    from rl_speed.env_runners.multi_agent import MultiAgentBatchedEnvRunner, check_multi_agent_env
+
+    if not config.is_multi_agent:
+        if makes_multi_agent_env(config):
+            config._value_error(f"{name}: the env {config.env!r} is a MultiAgentEnv, but the config is single-agent; "
+                                "call `config.multi_agent(policies={...}, policy_mapping_fn=...)` (one shared "
+                                "policy: `policies={'shared'}, policy_mapping_fn=lambda aid, ep, **kw: 'shared'`).")
+        return
+    if not config.supports_multi_agent:
+        config._value_error(f"{name} does not train multi-agent envs yet (`config.multi_agent(...)` is set); use "
+                            "FastPPO, or stock RLlib's algorithm for this env.")
+    if config.env_runner_cls is BatchedEnvRunner:
+        config.env_runner_cls = MultiAgentBatchedEnvRunner
+    if not issubclass(config.env_runner_cls, MultiAgentBatchedEnvRunner):
+        config._value_error(f"{name}: multi-agent training samples with MultiAgentBatchedEnvRunner (or a subclass); "
+                            f"`env_runner_cls`={config.env_runner_cls.__name__} has no multi-agent columns.")
+    problems = []
+    if config.num_learners > 1:
+        problems.append(f"`num_learners`={config.num_learners}: multi-agent columns train on one learner (modules' "
+                        "rows differ between shards, which DDP cannot step in lockstep); use 0 or 1")
+    if (config.model_config or {}).get("use_lstm") or getattr(config, "is_recurrent", False):
+        problems.append("recurrent modules (`use_lstm` or rl_speed's recurrent module) are single-agent only here")
+    if config._env_to_module_connector is not None:
+        problems.append("`env_to_module_connector` pieces have no multi-agent columnar form; move the work into the "
+                        "env or the RLModule")
+    if problems:
+        config._value_error(f"{name} (multi-agent): " + "; ".join(problems) + ". Or use stock RLlib.")
+    env = make_probe_env(config)
+    try:
+        check_multi_agent_env(env, name)
+    except ValueError as e:
+        config._value_error(str(e))
+    finally:
+        env.close()
+
+
 def probe_spaces(config: Any) -> tuple[gym.Space, gym.Space]:
     """The env's single observation and action spaces: from the config if given, else from one env instance built
     on the driver (for checks that must run before RLlib builds runners and modules)."""
     if config.observation_space is not None and config.action_space is not None:
         return config.observation_space, config.action_space
-    from ray.tune.registry import ENV_CREATOR, _global_registry
-
-    env_config = dict(config.env_config)
-    if isinstance(config.env, str) and _global_registry.contains(ENV_CREATOR, config.env):
-        env = _global_registry.get(ENV_CREATOR, config.env)(env_config)
-    elif callable(config.env):
-        env = config.env(env_config)
-    else:
-        env = gym.make(config.env, **env_config)
+    env = make_probe_env(config)
     try:
         return (config.observation_space or getattr(env, "single_observation_space", env.observation_space),
                 config.action_space or getattr(env, "single_action_space", env.action_space))

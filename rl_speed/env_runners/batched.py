@@ -210,59 +210,14 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         return columns
 
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """One forward pass over all N observations. Modules that pick actions themselves (DQN's epsilon-greedy)
-        return ``actions``; others return distribution inputs, which we sample here (PPO)."""
-        with torch.inference_mode():
-            obs_t = (torch.from_numpy(obs) if isinstance(obs, np.ndarray)  # the common case, without tree's cost
-                     else tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs))  # Dict / Tuple
-            if self._needs_time_axis:  # one step as [N, 1, ...], as RLlib's AddTimeDimToBatchAndZeroPad makes it
-                obs_t = tree.map_structure(lambda o: o[:, None], obs_t)
-            batch = {RLlibColumns.OBS: obs_t}
-            if self._state is not None:
-                batch[RLlibColumns.STATE_IN] = self._state
-            # The private forwards: the public ones walk every submodule with .eval()/.train() on each call, and
-            # this module never leaves eval mode (set in __init__).
-            if explore:
-                out = self.module._forward_exploration(batch, t=t)
-            else:
-                out = self.module._forward_inference(batch)
-            if self._needs_time_axis:
-                out = {k: (v[:, 0] if k in (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS) else v)
-                       for k, v in out.items()}
-            extra: dict[str, np.ndarray] = {}
-            if RLlibColumns.ACTIONS in out:
-                actions = out[RLlibColumns.ACTIONS]
-            else:
-                dist_cls = (self.module.get_exploration_action_dist_cls() if explore
-                            else self.module.get_inference_action_dist_cls())
-                dist = dist_cls.from_logits(out[RLlibColumns.ACTION_DIST_INPUTS])
-                if not explore:
-                    dist = dist.to_deterministic()
-                actions = dist.sample()
-                if explore:
-                    extra[C.ACTION_LOGP] = dist.logp(actions).float().cpu().numpy()
-                    # PPO's KL term compares the learner's distribution with the one that acted.
-                    extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
-            if RLlibColumns.STATE_OUT in out:
-                self._state = out[RLlibColumns.STATE_OUT]
-        return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra
+        actions, extra, state = module_actions(self.module, obs, explore, t, state=self._state,
+                                               time_axis=self._needs_time_axis)
+        if state is not None:
+            self._state = state
+        return actions, extra
 
     def _env_actions(self, actions: Any) -> Any:
-        """What the env receives, as RLlib's ``NormalizeAndClipActions`` connector does it: for each bounded ``Box``
-        (also inside a ``Dict`` action space), the module's actions (roughly in [-1, 1]) are unsquashed to the
-        bounds if ``normalize_actions``, or clipped to them if ``clip_actions``. The columns keep the module's own
-        actions, which the log-probs refer to."""
-
-        def to_env(action: np.ndarray, space: gym.Space) -> np.ndarray:
-            if not isinstance(space, gym.spaces.Box) or not space.is_bounded("both"):
-                return action
-            if self.config.normalize_actions:
-                action = unsquash_action(action, space)
-            elif not self.config.clip_actions:
-                return action
-            return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
-
-        return tree.map_structure(to_env, actions, self._action_struct)
+        return to_env_actions(actions, self._action_struct, self.config)
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         self._episode_return += np.where(valid, rewards, 0.0)
@@ -317,3 +272,63 @@ def _write(target: Any, t: int, value: Any) -> None:
         return
     for dst, src in zip(tree.flatten(target), tree.flatten(value)):
         dst[t] = src
+
+
+def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any = None,
+                   time_axis: bool = False) -> tuple[Any, dict[str, np.ndarray], Any]:
+    """One forward pass of ``module`` (in eval mode) over a batch of observations: ``(actions, extra, state_out)``.
+
+    Modules that pick actions themselves (DQN's epsilon-greedy) return ``actions``; others return distribution
+    inputs, which are sampled here (PPO), and ``extra`` holds the log-probs and distribution inputs PPO's loss reads.
+    ``time_axis``: RLlib's own stateful modules act on ``[B, 1, ...]``, as RLlib's AddTimeDimToBatchAndZeroPad
+    makes it."""
+    with torch.inference_mode():
+        obs_t = (torch.from_numpy(obs) if isinstance(obs, np.ndarray)  # the common case, without tree's cost
+                 else tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs))  # Dict / Tuple
+        if time_axis:
+            obs_t = tree.map_structure(lambda o: o[:, None], obs_t)
+        batch = {RLlibColumns.OBS: obs_t}
+        if state is not None:
+            batch[RLlibColumns.STATE_IN] = state
+        # The private forwards: the public ones walk every submodule with .eval()/.train() on each call, and the
+        # runners' modules never leave eval mode (set when the runner is built).
+        if explore:
+            out = module._forward_exploration(batch, t=t)
+        else:
+            out = module._forward_inference(batch)
+        if time_axis:
+            out = {k: (v[:, 0] if k in (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS) else v)
+                   for k, v in out.items()}
+        extra: dict[str, np.ndarray] = {}
+        if RLlibColumns.ACTIONS in out:
+            actions = out[RLlibColumns.ACTIONS]
+        else:
+            dist_cls = (module.get_exploration_action_dist_cls() if explore
+                        else module.get_inference_action_dist_cls())
+            dist = dist_cls.from_logits(out[RLlibColumns.ACTION_DIST_INPUTS])
+            if not explore:
+                dist = dist.to_deterministic()
+            actions = dist.sample()
+            if explore:
+                extra[C.ACTION_LOGP] = dist.logp(actions).float().cpu().numpy()
+                # PPO's KL term compares the learner's distribution with the one that acted.
+                extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
+    return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra, out.get(RLlibColumns.STATE_OUT)
+
+
+def to_env_actions(actions: Any, action_struct: Any, config: Any) -> Any:
+    """What the env receives, as RLlib's ``NormalizeAndClipActions`` connector does it: for each bounded ``Box``
+    (also inside a ``Dict`` action space), the module's actions (roughly in [-1, 1]) are unsquashed to the bounds if
+    ``normalize_actions``, or clipped to them if ``clip_actions``. The columns keep the module's own actions, which
+    the log-probs refer to."""
+
+    def to_env(action: np.ndarray, space: gym.Space) -> np.ndarray:
+        if not isinstance(space, gym.spaces.Box) or not space.is_bounded("both"):
+            return action
+        if config.normalize_actions:
+            action = unsquash_action(action, space)
+        elif not config.clip_actions:
+            return action
+        return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
+
+    return tree.map_structure(to_env, actions, action_struct)

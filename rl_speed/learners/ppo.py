@@ -55,19 +55,74 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
     @override(UpdateLoopMixin)
-    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> LossRows:
-        module_id = next(iter(self.module.keys()))
+    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> list[LossRows]:
         start = time.perf_counter()
-        flat = self.compute_advantages(module_id, columns)
+        if C.MODULE in columns:
+            per_module = self.compute_multi_agent_advantages(columns)
+        else:
+            per_module = {next(iter(self.module.keys())): self.compute_advantages(next(iter(self.module.keys())),
+                                                                                    columns)}
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)  # one sync per call, so the timing below means something
         self.metrics.log_value((ALL_MODULES, ADVANTAGES_TIME_KEY), time.perf_counter() - start, window=1)
-        mask = flat[RLlibColumns.LOSS_MASK]
-        size = len(mask)  # rows: steps, or bptt chunks of recurrent modules
-        steps_per_row = mask[0].numel()
-        minibatch_rows = max(1, min((minibatch_size or mask.numel()) // steps_per_row, size))
-        valid_steps = num_steps(columns)
-        return LossRows(module_id, flat, minibatch_rows, valid_steps, valid_steps)
+        env_steps = num_steps(columns)  # multi-agent columns: agent steps (lanes do not say which copy they are)
+        out = []
+        for module_id, flat in per_module.items():
+            mask = flat[RLlibColumns.LOSS_MASK]
+            size = len(mask)  # rows: steps, or bptt chunks of recurrent modules
+            if not size:
+                continue
+            steps_per_row = mask[0].numel()
+            minibatch_rows = max(1, min((minibatch_size or mask.numel()) // steps_per_row, size))
+            out.append(LossRows(module_id, flat, minibatch_rows, int(mask.sum()), env_steps))
+        return out
+
+    @torch.no_grad()
+    def compute_multi_agent_advantages(self, columns: dict) -> dict[str, dict]:
+        """Multi-agent columns -> one training batch per module to train (feed-forward modules): each lane's values
+        from the module that owns its observations (``module`` column), GAE over all ``[T, L]`` lanes at once, then
+        each module's rows, its advantages standardized over its own steps (as RLlib's GAE connector does per
+        module)."""
+        device = self._device
+
+        def tensor(x: np.ndarray) -> torch.Tensor:
+            with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
+
+        module_ids = sorted(self.module.keys())  # the runner's indices refer to this order
+        owner = tensor(columns[C.MODULE]).long()  # [T + 1, L]
+        obs = tree.map_structure(tensor, columns[C.OBS])  # [T + 1, L, ...]
+        rewards = tensor(columns[C.REWARDS])
+        values = torch.zeros(owner.shape, device=device)
+        for index, module_id in enumerate(module_ids):
+            where = owner == index
+            if where.any():
+                module = self.module[module_id].unwrapped()
+                values[where] = module.compute_values(
+                    {RLlibColumns.OBS: tree.map_structure(lambda o: o[where], obs)}).float()
+        valid = tensor(columns[C.VALID])
+        advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
+                                             tensor(columns[C.TRUNCATEDS]), valid, gamma=self.config.gamma,
+                                             lambda_=self.config.lambda_)
+        batches = {}
+        for index, module_id in enumerate(module_ids):
+            if not self.should_module_be_updated(module_id):
+                continue  # policies_to_train: the module acts, but is not trained
+            rows = (owner[:-1] == index) & valid  # its steps; nothing else of its lanes is trained on
+            if not rows.any():
+                continue
+            batches[module_id] = {
+                RLlibColumns.OBS: tree.map_structure(lambda o: o[:-1][rows], obs),
+                RLlibColumns.ACTIONS: tree.map_structure(lambda a: tensor(a)[rows], columns[C.ACTIONS]),
+                RLlibColumns.ACTION_LOGP: tensor(columns[C.ACTION_LOGP])[rows],
+                RLlibColumns.ACTION_DIST_INPUTS: tensor(columns[C.ACTION_DIST_INPUTS])[rows],
+                RLlibColumns.VF_PREDS: values[:-1][rows],
+                Postprocessing.ADVANTAGES: standardize(advantages[rows], torch.ones_like(rows[rows]), min_std=1e-4),
+                Postprocessing.VALUE_TARGETS: targets[rows],
+                RLlibColumns.LOSS_MASK: torch.ones(int(rows.sum()), dtype=torch.bool, device=device),
+            }
+        return batches
 
     @torch.no_grad()
     def compute_advantages(self, module_id: str, columns: dict) -> dict:

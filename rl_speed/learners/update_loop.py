@@ -10,7 +10,9 @@ rows), and RLlib's bookkeeping is done once per call with the same totals. Two k
 * a prepared single-module batch (``update(batch=MultiAgentBatch(...), minibatch_size=B)``, FastDQN's replay
   samples).
 
-Everything else (episodes, data iterators, several modules) takes RLlib's own path. Each minibatch goes through
+Multi-agent columns (a ``module`` column) give one set of loss rows per module to train, each run through the loop
+in turn (each module has its own optimizer). Everything else (episodes, data iterators, several modules without
+columns) takes RLlib's own path. Each minibatch goes through
 ``self._update`` (the optimizer step, :mod:`rl_speed.learners.optimizer_step`); ``is_last_minibatch`` tells a loss
 that it may skip statistics which only the last minibatch's value survives (``window=1``).
 """
@@ -33,7 +35,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
-from rl_speed.columns import REWARDS, VALID
+from rl_speed.columns import MODULE, REWARDS, VALID
 
 
 def is_column_batch(batch: Any) -> bool:
@@ -68,19 +70,22 @@ class UpdateLoopMixin:
                 minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch,
                 num_total_minibatches=num_total_minibatches, **kwargs)
         self._check_is_built()
-        if len(self.module) != 1:
-            raise ValueError(f"{type(self).__name__}: column batches are single-module; multi-agent envs take the "
-                             "batched (agents-as-lanes) form, whose agents share one policy.")
+        if columns and len(self.module) != 1 and MODULE not in training_data.batch:
+            raise ValueError(f"{type(self).__name__}: these columns have no `module` column, but the learner has "
+                             f"{len(self.module)} modules; sample multi-agent envs with MultiAgentBatchedEnvRunner.")
         timesteps = timesteps or {}
         self.before_gradient_based_update(timesteps=timesteps)
         self._weights_seq_no += 1
         if columns:
-            rows = self.prepare_columns(training_data.batch, minibatch_size)
+            per_module = self.prepare_columns(training_data.batch, minibatch_size)
         else:
-            rows = self._prepared_rows(training_data, minibatch_size)
-        losses = self.run_minibatches(rows.module_id, rows.batch, rows.minibatch_rows, num_epochs=num_epochs,
-                                      shuffle=shuffle_batch_per_epoch)
-        self._log_update_totals(rows.module_id, rows.module_steps * num_epochs, rows.env_steps * num_epochs, losses)
+            per_module = [self._prepared_rows(training_data, minibatch_size)]
+        for rows in per_module:  # modules have their own optimizers and losses: one after the other
+            losses = self.run_minibatches(rows.module_id, rows.batch, rows.minibatch_rows, num_epochs=num_epochs,
+                                          shuffle=shuffle_batch_per_epoch)
+            self._log_module_totals(rows.module_id, rows.module_steps * num_epochs, losses)
+        self._log_update_totals(sum(r.module_steps for r in per_module) * num_epochs,
+                                max((r.env_steps for r in per_module), default=0) * num_epochs)
         self.after_gradient_based_update(timesteps=timesteps)
         return self.metrics.reduce()
 
@@ -88,8 +93,8 @@ class UpdateLoopMixin:
         return (training_data is not None and training_data.batch is not None and training_data.episodes is None
                 and not training_data.data_iterators and bool(minibatch_size) and len(self.module) == 1)
 
-    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> LossRows:
-        """Column batch -> loss rows; learners that train on columns implement it."""
+    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> list[LossRows]:
+        """Column batch -> loss rows, one entry per module to train; learners that train on columns implement it."""
         raise ValueError(f"{type(self).__name__} does not train on column batches; pass a prepared batch or "
                          "episodes.")
 
@@ -122,12 +127,17 @@ class UpdateLoopMixin:
             self.is_last_minibatch = True
         return loss_per_module
 
-    def _log_update_totals(self, module_id: str, module_steps: int, env_steps: int, loss_per_module: dict) -> None:
-        """What RLlib's update() logs per minibatch, logged once with the call's totals."""
+    def _log_module_totals(self, module_id: str, module_steps: int, loss_per_module: dict) -> None:
+        """What RLlib's update() logs per module and minibatch, logged once with the call's totals."""
         self.metrics.log_value((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
         self.metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum")
         self.metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), module_steps, reduce="lifetime_sum",
                                with_throughput=True)
+        for mid, loss in loss_per_module.items():
+            self.metrics.log_value(key=(mid, self.TOTAL_LOSS_KEY), value=loss, window=1)
+
+    def _log_update_totals(self, module_steps: int, env_steps: int) -> None:
+        """RLlib's all-modules counters for the call."""
         self.metrics.log_value((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum",
                                with_throughput=True)
         self.metrics.log_value((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), module_steps,
@@ -135,5 +145,3 @@ class UpdateLoopMixin:
         self.metrics.log_value((ALL_MODULES, NUM_ENV_STEPS_TRAINED), env_steps, reduce="sum", with_throughput=True)
         self.metrics.log_value((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), env_steps, reduce="lifetime_sum",
                                with_throughput=True)
-        for mid, loss in loss_per_module.items():
-            self.metrics.log_value(key=(mid, self.TOTAL_LOSS_KEY), value=loss, window=1)

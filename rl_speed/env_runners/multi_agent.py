@@ -1,0 +1,313 @@
+"""MultiAgentBatchedEnvRunner: RLlib's MultiAgentEnvRunner with a columnar method for envs whose agents act together.
+
+A lane is one agent slot of one env copy: with ``N`` copies of a ``MultiAgentEnv`` whose ``possible_agents`` are
+``A``, lane ``i * A + a`` is agent ``a`` of copy ``i`` and :meth:`sample_columns` returns ``[T, N * A]`` columns
+(:mod:`rl_speed.columns`) plus the ``module`` column: which module acted for that lane (``policy_mapping_fn``, asked
+once per agent per episode). Each step makes one forward pass per module over the lanes it acts for; lanes whose
+agent is absent, already done, or whose copy is resetting are ``valid`` False (not trained on, not counted).
+
+What the env must be (checked when the config is validated, :func:`check_multi_agent_env`): agents act
+simultaneously (every agent that is not done is in every observation dict), from a known ``possible_agents`` list,
+all with one observation space and one action space (the modules may differ). Agents may end early (their own
+``terminateds`` / ``truncateds``); the copy ends at ``__all__`` and restarts one step later, as gymnasium's NEXT_STEP
+autoreset does (that step is not a transition). A reward given to an agent that did not act in that step is added to
+its next action's reward, as RLlib's episodes do.
+
+RLlib's own ``sample()`` (episodes; evaluation, ``Algorithm.evaluate()``) is inherited and shares the envs.
+Episode metrics use RLlib's keys and windows: ``episode_return_mean`` is the sum over agents,
+``agent_episode_returns_mean/<agent>``, ``module_episode_returns_mean/<module>``, env steps and agent / module steps;
+as on RLlib's runner, the episode keys appear once the first episode has ended.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import tree
+
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+    SAMPLE_TIMER,
+)
+from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
+
+from rl_speed import columns as C
+from rl_speed.columns import Columns
+from rl_speed.env_runners.batched import _set_runner_threads, _write, module_actions, to_env_actions
+
+
+class TurnBasedEnvError(ValueError):
+    """The env's agents act in turns; the columnar path needs agents that act together."""
+
+
+def check_multi_agent_env(env: MultiAgentEnv, name: str) -> None:
+    """Refuses envs the multi-agent columns cannot represent, naming the reason: agents with different spaces, or
+    agents that act in turns (a reset or a step whose observations leave out an agent that is not done)."""
+    env = env.unwrapped
+    agents = list(env.possible_agents or [])
+    if not agents:
+        raise ValueError(f"{name}: the MultiAgentEnv has no `possible_agents`; the columnar path needs the full list "
+                         "of agents up front (one lane per agent). Set `self.possible_agents` in its __init__.")
+    obs_spaces = {aid: env.get_observation_space(aid) for aid in agents}
+    act_spaces = {aid: env.get_action_space(aid) for aid in agents}
+    for kind, spaces in (("observation", obs_spaces), ("action", act_spaces)):
+        first = spaces[agents[0]]
+        other = next((aid for aid in agents if spaces[aid] != first), None)
+        if other is not None:
+            raise ValueError(f"{name}: agents {agents[0]!r} and {other!r} have different {kind} spaces ({first} vs "
+                             f"{spaces[other]}); the multi-agent columns need one {kind} space for all agents. "
+                             "Pad the spaces to one shape, or train this env with stock PPO.")
+    obs, _ = env.reset(seed=0)
+    absent = [aid for aid in agents if aid not in obs]
+    if absent:
+        raise TurnBasedEnvError(
+            f"{name}: after reset, agents {absent[:5]} have no observation: this looks like a turn-based env "
+            "(agents acting in sequence). The columnar path needs agents that act together; use stock PPO (RLlib's "
+            "MultiAgentEnvRunner) for turn-based envs.")
+    actions = {aid: act_spaces[aid].sample() for aid in obs}
+    obs, _, terminateds, truncateds, _ = env.step(actions)
+    if not (terminateds.get("__all__") or truncateds.get("__all__")):
+        skipped = [aid for aid in actions if aid not in obs and not terminateds.get(aid) and not truncateds.get(aid)]
+        if skipped:
+            raise TurnBasedEnvError(
+                f"{name}: agents {skipped[:5]} acted, are not done, and have no next observation: this looks like "
+                "a turn-based env (agents acting in sequence). The columnar path needs agents that act together; "
+                "use stock PPO (RLlib's MultiAgentEnvRunner) for turn-based envs.")
+
+
+class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
+    """See the module docstring. FastPPO uses it for multi-agent configs (``config.multi_agent(...)``)."""
+
+    @override(MultiAgentEnvRunner)
+    def __init__(self, *, config: Any, **kwargs: Any) -> None:
+        _set_runner_threads(config, kwargs.get("worker_index", 0))
+        super().__init__(config=config, **kwargs)
+        self.module_ids = sorted(self.module.keys()) if self.module is not None else []
+        for mid in self.module_ids:
+            self.module[mid].eval()  # these copies only act; set once instead of on every forward call
+        self._obs: Any = None  # [L, ...] last observation of every lane, continued across sample_columns() calls
+        self._columnar = False
+        self._finished: list[tuple] = []  # episodes finished since the last get_metrics()
+
+    def _build_lanes(self) -> None:
+        envs = [e.unwrapped for e in self.env.envs]
+        self._agents = list(envs[0].possible_agents)
+        self._envs = envs
+        n, a = len(envs), len(self._agents)
+        lanes = n * a
+        space = envs[0].get_observation_space(self._agents[0])
+        sample = space.sample()
+        self._obs = tree.map_structure(lambda x: np.zeros((lanes, *np.shape(x)), np.asarray(x).dtype), sample)
+        self._action_struct = get_base_struct_from_space(envs[0].get_action_space(self._agents[0]))
+        self._present = np.zeros(lanes, bool)  # the agent has an observation and acts next step
+        self._module = np.full(lanes, -1, np.int16)
+        self._resetting = np.zeros(n, bool)  # copies whose next step is a reset step
+        self._pending_reward = np.zeros(lanes, np.float64)
+        self._lane_return = np.zeros(lanes, np.float64)
+        self._lane_steps = np.zeros(lanes, np.int64)
+        self._env_len = np.zeros(n, np.int64)
+        self._env_start = np.full(n, time.perf_counter())
+
+    @override(MultiAgentEnvRunner)
+    def sample(self, **kwargs: Any) -> list:
+        """RLlib's ``sample()``: episodes through the connector pipelines (evaluation, ``Algorithm.evaluate()``)."""
+        self._needs_initial_reset |= self._obs is not None  # the columnar path moved the envs on: start over
+        self._obs = None  # and the next sample_columns() starts from a reset too
+        return super().sample(**kwargs)
+
+    def sample_columns(self, *, num_timesteps: int | None = None, explore: bool | None = None,
+                       random_actions: bool = False, force_reset: bool = False) -> Columns:
+        """Steps all N env copies ``T`` times (``T = ceil(num_timesteps / N)`` or ``rollout_fragment_length``)
+        and returns ``[T, N * A]`` columns; consecutive calls continue the same episodes."""
+        if explore is None:
+            explore = self.config.explore
+        steps = (math.ceil(num_timesteps / self.num_envs) if num_timesteps is not None
+                 else self.config.get_rollout_fragment_length(self.worker_index))
+        with self.metrics.log_time(SAMPLE_TIMER):
+            if self._obs is None or force_reset:
+                self._build_lanes()
+                self._seed_next_reset = not self._columnar  # the first reset is seeded, as RLlib's runner does
+                for i, env in enumerate(self._envs):
+                    self._reset_copy(i, env)
+            self._columnar = True
+            columns, env_steps, episodes = self._sample_steps(steps, explore, random_actions)
+        self._log_sampled(columns, env_steps, episodes)
+        self.num_env_steps_sampled_lifetime += env_steps * (self.config.num_env_runners or 1)
+        return columns
+
+    def _sample_steps(self, steps: int, explore: bool, random_actions: bool) -> tuple[Columns, int, int]:
+        n, a = len(self._envs), len(self._agents)
+        lanes = n * a
+        columns: Columns = {
+            C.OBS: tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
+            C.ACTIONS: tree.map_structure(lambda s: np.zeros((steps, lanes, *s.shape), s.dtype), self._action_struct),
+            C.REWARDS: np.zeros((steps, lanes), np.float32),
+            C.TERMINATEDS: np.zeros((steps, lanes), bool),
+            C.TRUNCATEDS: np.zeros((steps, lanes), bool),
+            C.VALID: np.zeros((steps, lanes), bool),
+            C.MODULE: np.empty((steps + 1, lanes), np.int16),
+        }
+        runners = self.config.num_env_runners or 1
+        env_steps = episodes = 0
+        for t in range(steps):
+            _write(columns[C.OBS], t, self._obs)
+            columns[C.MODULE][t] = self._module
+            acting = self._present & ~np.repeat(self._resetting, a)
+            actions = self._act(columns, t, acting, explore, random_actions,
+                                self.num_env_steps_sampled_lifetime + t * n * runners)
+            for i, env in enumerate(self._envs):
+                base = i * a
+                if self._resetting[i]:
+                    self._reset_copy(i, env)
+                    continue
+                action_dict = {aid: tree.map_structure(lambda x, k=base + k: x[k], actions)
+                               for k, aid in enumerate(self._agents) if acting[base + k]}
+                obs, rewards, terminateds, truncateds, _ = env.step(action_dict)
+                env_steps += 1
+                self._env_len[i] += 1
+                term_all, trunc_all = bool(terminateds.get("__all__")), bool(truncateds.get("__all__"))
+                for k, aid in enumerate(self._agents):
+                    lane = base + k
+                    reward = float(rewards.get(aid, 0.0))
+                    if not acting[lane]:
+                        self._pending_reward[lane] += reward
+                        if aid in obs and not (term_all or trunc_all):  # an agent that joins late
+                            _write(self._obs, lane, obs[aid])
+                            self._present[lane] = True
+                        continue
+                    reward += self._pending_reward[lane]
+                    self._pending_reward[lane] = 0.0
+                    terminated = bool(terminateds.get(aid, term_all))
+                    truncated = bool(truncateds.get(aid, trunc_all)) and not terminated
+                    if (term_all or trunc_all) and not (terminated or truncated):
+                        truncated = True  # the copy ended around an agent that was not done: cut, bootstrap
+                    columns[C.REWARDS][t, lane] = reward
+                    columns[C.TERMINATEDS][t, lane] = terminated
+                    columns[C.TRUNCATEDS][t, lane] = truncated
+                    columns[C.VALID][t, lane] = True
+                    self._lane_return[lane] += reward
+                    self._lane_steps[lane] += 1
+                    if aid in obs:
+                        _write(self._obs, lane, obs[aid])  # the final observation too, for truncations
+                    elif not (terminated or truncated):
+                        raise TurnBasedEnvError(
+                            f"MultiAgentBatchedEnvRunner: agent {aid!r} acted, is not done, and has no next "
+                            "observation: the env is turn-based (agents acting in sequence), which the columnar "
+                            "path does not support; use stock PPO (RLlib's MultiAgentEnvRunner).")
+                    self._present[lane] = not (terminated or truncated)
+                if term_all or trunc_all:
+                    self._resetting[i] = True
+                    self._finish_episode(i)
+                    episodes += 1
+        _write(columns[C.OBS], steps, self._obs)
+        columns[C.MODULE][steps] = self._module
+        return columns, env_steps, episodes
+
+    def _reset_copy(self, i: int, env: MultiAgentEnv) -> None:
+        """The NEXT_STEP reset of copy ``i``: a new episode, its agents mapped to modules."""
+        a = len(self._agents)
+        seed = None
+        if self._seed_next_reset and self._seed is not None:
+            seed = self._seed + i
+        obs, _ = env.reset(seed=seed)
+        if i == len(self._envs) - 1:
+            self._seed_next_reset = False
+        episode = MultiAgentEpisode()  # what policy_mapping_fn receives (its id_ tells episodes apart)
+        lanes = slice(i * a, (i + 1) * a)
+        self._present[lanes] = False
+        self._pending_reward[lanes] = 0.0
+        self._lane_return[lanes] = 0.0
+        self._lane_steps[lanes] = 0
+        for k, aid in enumerate(self._agents):
+            module_id = self.config.policy_mapping_fn(aid, episode)
+            if module_id not in self.module_ids:
+                raise ValueError(f"MultiAgentBatchedEnvRunner: policy_mapping_fn mapped agent {aid!r} to "
+                                 f"{module_id!r}, which is not one of the modules {self.module_ids}.")
+            self._module[i * a + k] = self.module_ids.index(module_id)
+            if aid in obs:
+                _write(self._obs, i * a + k, obs[aid])
+                self._present[i * a + k] = True
+        self._resetting[i] = False
+        self._env_len[i] = 0
+        self._env_start[i] = time.perf_counter()
+
+    def _act(self, columns: Columns, t: int, acting: np.ndarray, explore: bool, random_actions: bool,
+             timestep: int) -> Any:
+        """One forward pass per module over the lanes it acts for; actions (and log-probs, distribution inputs)
+        written into the columns. Returns the env's actions for all lanes (zeros where nobody acts)."""
+        actions = tree.map_structure(lambda c: c[t], columns[C.ACTIONS])
+        for index, mid in enumerate(self.module_ids):
+            idx = np.flatnonzero(acting & (self._module == index))
+            if not len(idx):
+                continue
+            obs = tree.map_structure(lambda o: o[idx], self._obs)
+            if random_actions:
+                space = self._envs[0].get_action_space(self._agents[0])
+                chosen, extra = np.stack([space.sample() for _ in idx]), {}
+            else:
+                chosen, extra, _ = module_actions(self.module[mid], obs, explore, timestep)
+            for key, value in extra.items():
+                if key not in columns:
+                    columns[key] = np.zeros((len(columns[C.REWARDS]), len(acting), *value.shape[1:]), value.dtype)
+                columns[key][t, idx] = value
+            tree.map_structure(lambda dst, src: dst.__setitem__(idx, src), actions, chosen)
+        return to_env_actions(actions, self._action_struct, self.config)
+
+    def _finish_episode(self, i: int) -> None:
+        a = len(self._agents)
+        lanes = range(i * a, (i + 1) * a)
+        took_part = [lane for lane in lanes if self._lane_steps[lane]]
+        agent_returns = {str(self._agents[lane - i * a]): float(self._lane_return[lane]) for lane in took_part}
+        agent_steps = {str(self._agents[lane - i * a]): int(self._lane_steps[lane]) for lane in took_part}
+        module_returns: dict[str, float] = {}
+        for lane in took_part:
+            mid = self.module_ids[self._module[lane]]
+            module_returns[mid] = module_returns.get(mid, 0.0) + float(self._lane_return[lane])
+        self._finished.append((int(self._env_len[i]), float(sum(agent_returns.values())),
+                               time.perf_counter() - self._env_start[i], agent_returns, module_returns, agent_steps))
+
+    def _log_sampled(self, columns: Columns, env_steps: int, episodes: int) -> None:
+        """RLlib's sampled-step counters with the call's totals (the stock runner logs them per step)."""
+        log = self.metrics.log_value
+        log(NUM_ENV_STEPS_SAMPLED, env_steps, reduce="sum")
+        log(NUM_ENV_STEPS_SAMPLED_LIFETIME, env_steps, reduce="lifetime_sum", with_throughput=True)
+        log(NUM_EPISODES, episodes, reduce="sum")
+        log(NUM_EPISODES_LIFETIME, episodes, reduce="lifetime_sum")
+        a = len(self._agents)
+        valid = columns[C.VALID]
+        per_agent = valid.reshape(len(valid), -1, a).sum(axis=(0, 1))
+        for k, aid in enumerate(self._agents):
+            if per_agent[k]:
+                log((NUM_AGENT_STEPS_SAMPLED, str(aid)), int(per_agent[k]), reduce="sum")
+                log((NUM_AGENT_STEPS_SAMPLED_LIFETIME, str(aid)), int(per_agent[k]), reduce="lifetime_sum")
+        per_module = np.bincount(columns[C.MODULE][:-1][valid].astype(np.int64), minlength=len(self.module_ids))
+        for index, mid in enumerate(self.module_ids):
+            if per_module[index]:
+                log((NUM_MODULE_STEPS_SAMPLED, mid), int(per_module[index]), reduce="sum")
+                log((NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), int(per_module[index]), reduce="lifetime_sum")
+
+    @override(MultiAgentEnvRunner)
+    def get_metrics(self) -> dict:
+        """RLlib's episode keys over the episodes finished since the last call (at most the last
+        ``metrics_num_episodes_for_smoothing`` / runners of them, as RLlib's runner), NaN when none did."""
+        if self._columnar:
+            window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing
+                                      / (self.config.num_env_runners or 1)))
+            recent, self._finished = self._finished[-window:], []
+            for length, ret, seconds, agents, modules, agent_steps in recent:
+                self._log_episode_metrics(length, ret, seconds, agents, modules, agent_steps)  # RLlib's own
+        return super().get_metrics()

@@ -1,0 +1,161 @@
+"""MultiAgentBatchedEnvRunner: the lane layout of multi-agent columns, masks for agents that end early, module
+ownership, RLlib's multi-agent metric keys, and the config-time refusals (turn-based envs, mixed spaces, ...)."""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+import tree
+
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+from rl_speed import columns as C
+from rl_speed.algorithms.fast_dqn import FastDQNConfig
+from rl_speed.algorithms.fast_ppo import FastPPOConfig
+from rl_speed.env_runners.multi_agent import MultiAgentBatchedEnvRunner
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # remote runners build these test envs
+
+
+class Countdown(MultiAgentEnv):
+    """Agent ``k`` lives ``k + 2`` steps, then terminates; reward 1 per step plus ``k`` on its last; the episode
+    ends when all agents are done. Observation: [agent index, steps so far]."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.agents = self.possible_agents = ["a0", "a1", "a2"]
+        space = gym.spaces.Box(0, 100, (2,), np.float32)
+        self.observation_spaces = {aid: space for aid in self.agents}
+        self.action_spaces = {aid: gym.spaces.Discrete(2) for aid in self.agents}
+        self.t = 0
+
+    def _obs(self, aid):
+        return np.array([int(aid[1]), self.t], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {aid: self._obs(aid) for aid in self.possible_agents}, {}
+
+    def step(self, actions):
+        self.t += 1
+        obs, rewards, terminateds = {}, {}, {}
+        for aid in actions:
+            k = int(aid[1])
+            done = self.t >= k + 2
+            obs[aid], rewards[aid], terminateds[aid] = self._obs(aid), 1.0 + (k if done else 0.0), done
+        terminateds["__all__"] = self.t >= 4
+        return obs, rewards, terminateds, {"__all__": False}, {}
+
+
+class TakeTurns(Countdown):
+    """Only one agent observes (acts) per step."""
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {"a0": self._obs("a0")}, {}
+
+
+class MixedSpaces(Countdown):
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.observation_spaces = {**self.observation_spaces, "a2": gym.spaces.Box(0, 1, (3,), np.float32)}
+
+
+def ma_config(env=Countdown, **policies):
+    mapping = policies.pop("mapping", lambda aid, episode, **kw: "odd" if aid == "a1" else "even")
+    return (FastPPOConfig().environment(env)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=10)
+            .multi_agent(policies={"even", "odd"}, policy_mapping_fn=mapping, **policies)
+            .training(train_batch_size_per_learner=60, minibatch_size=20, num_epochs=1)
+            .rl_module(model_config={"fcnet_hiddens": [8]}))
+
+
+def test_lanes_masks_modules_and_episode_metrics(ray_session):
+    config = ma_config()
+    config.validate()
+    assert config.env_runner_cls is MultiAgentBatchedEnvRunner  # swapped in for multi-agent configs
+    runner = MultiAgentBatchedEnvRunner(config=config)
+    try:
+        cols = runner.sample_columns()
+        C.check(cols)
+        t, lanes = cols[C.REWARDS].shape
+        assert (t, lanes) == (10, 6)  # 2 copies x 3 agents; lane i * 3 + k is agent k of copy i
+        # Episodes take 4 steps plus one reset step: steps 0-3 are episode 1, step 4 the reset, 5-8 episode 2.
+        # Agent k acts on steps 0..k+1 of each episode (k + 2 steps), then is masked until the next episode.
+        for k in range(3):
+            acted = np.array([s < k + 2 for s in range(4)] + [False] + [s < k + 2 for s in range(4)] + [False])
+            for copy in range(2):
+                lane = copy * 3 + k
+                assert cols[C.VALID][:, lane].tolist() == acted.tolist(), (k, copy)
+                ends = np.flatnonzero(cols[C.TERMINATEDS][:, lane])
+                assert ends.tolist() == [k + 1, k + 6]  # its own termination, never the copy's end for it
+                assert cols[C.REWARDS][k + 1, lane] == 1.0 + k
+                assert not cols[C.TRUNCATEDS][:, lane].any()
+        # obs[t] is what the agent saw; the step after a termination holds its final observation
+        assert cols[C.OBS][2, 1].tolist() == [1.0, 2.0]  # agent a1, copy 0, after 2 steps
+        # module ownership: a1 -> "odd" (index 1 of the sorted ids), a0/a2 -> "even" (index 0)
+        assert (cols[C.MODULE][:, [1, 4]] == 1).all() and (cols[C.MODULE][:, [0, 2, 3, 5]] == 0).all()
+        assert cols[C.ACTION_LOGP].shape == (10, 6)
+        metrics = tree.map_structure(lambda stat: stat.peek(), runner.get_metrics())
+        # 2 episodes finished per copy: return = 2 (a0) + 4 (a1) + 6 (a2) = 12 summed over agents, 4 env steps long
+        assert metrics["episode_return_mean"] == pytest.approx(12.0)
+        assert metrics["episode_len_mean"] == pytest.approx(4.0)
+        assert metrics["agent_episode_returns_mean"]["a2"] == pytest.approx(6.0)
+        assert metrics["module_episode_returns_mean"]["even"] == pytest.approx(8.0)
+        assert metrics["num_env_steps_sampled"] == 16  # 2 copies x 8 real env steps (reset steps excluded)
+        assert metrics["num_agent_steps_sampled"]["a0"] == 8
+        assert metrics["num_module_steps_sampled"]["even"] == 8 + 16
+        assert metrics["num_episodes"] == 4
+        assert not cols[C.VALID][9].any()  # the reset step after episode 2
+        more = runner.sample_columns()  # continues: episode 3 starts at the first step of the next call
+        assert more[C.VALID][0].all() and (more[C.OBS][0, :, 1] == 0).all()
+    finally:
+        runner.stop()
+
+
+def test_policy_mapping_per_episode(ray_session):
+    """The mapping is asked once per agent per episode; a changed mapping takes effect at the next episode, and the
+    reset step after an episode still belongs to the ended one."""
+    episodes: list = []
+
+    def mapping(aid, episode, **kw):
+        if episode.id_ not in episodes:
+            episodes.append(episode.id_)
+        n = episodes.index(episode.id_) + 1  # copy 0 plays episodes 1, 3, 5; copy 1 plays 2, 4
+        return "odd" if n % 4 in (1, 2) else "even"
+
+    config = ma_config(mapping=mapping)
+    config.validate()
+    runner = MultiAgentBatchedEnvRunner(config=config)
+    try:
+        cols = runner.sample_columns()
+        odd, even = 1, 0  # indices into the sorted module ids
+        assert cols[C.MODULE][:5, :3].tolist() == [[odd] * 3] * 5  # episode 1 of copy 0 and its reset step
+        assert cols[C.MODULE][5:10, :3].tolist() == [[even] * 3] * 5  # episode 3 and its reset step
+        assert cols[C.MODULE][10, :3].tolist() == [odd] * 3  # obs[T]: the first observation of episode 5
+        assert cols[C.MODULE][:5, 3:].tolist() == [[odd] * 3] * 5  # copy 1, episode 2
+    finally:
+        runner.stop()
+
+
+@pytest.mark.parametrize("env, message", [
+    (TakeTurns, "turn-based"),
+    (MixedSpaces, "different observation spaces"),
+])
+def test_config_refuses_what_columns_cannot_hold(env, message):
+    with pytest.raises(ValueError, match=message):
+        ma_config(env).validate()
+
+
+def test_config_refusals_name_the_key():
+    with pytest.raises(ValueError, match="num_learners"):
+        ma_config().learners(num_learners=2).validate()
+    with pytest.raises(ValueError, match="FastDQN does not train multi-agent"):
+        (FastDQNConfig().environment(Countdown)
+         .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")).validate()
+    with pytest.raises(ValueError, match=r"is a MultiAgentEnv, but the config is single-agent"):
+        FastPPOConfig().environment(Countdown).validate()
