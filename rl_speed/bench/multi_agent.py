@@ -66,18 +66,21 @@ def _cases() -> dict[str, tuple]:
 
     shared = {"policies": {"shared"}, "policy_mapping_fn": lambda aid, episode, **kw: "shared"}
     lanes = GRID_MAPS * GRID_AGENTS
+    # RLlib counts a multi-agent batch in env steps (one step of a map moves its 24 agents), the batched form in
+    # lanes (= agents): 1,024 map steps and 24,576 lane steps are the same 24,576 agent steps. RLlib checks the
+    # minibatch against the batch in env steps, so the minibatch is 1,024 rows on every side.
     cases: dict[str, tuple] = {
-        # name: (env, env_config, {side: (num_envs, policies)}, batch, minibatch)
+        # name: (env, env_config, {side: (num_envs, policies, batch)}, minibatch)
         f"grid arena, {GRID_MAPS} maps x {GRID_AGENTS} agents, shared policy": (
-            GRID, {}, {"batched": (lanes, None), "fast": (GRID_MAPS, shared), "stock": (GRID_MAPS, shared)},
-            24_576, 6_144),
+            GRID, {}, {"batched": (lanes, None, 24_576), "fast": (GRID_MAPS, shared, 1_024),
+                       "stock": (GRID_MAPS, shared, 1_024)}, 1_024),
     }
     for agents in (2, 8):
         per_agent = {"policies": {f"p{i}" for i in range(agents)},
                      "policy_mapping_fn": lambda aid, episode, **kw: f"p{aid}"}
         cases[f"MultiAgentCartPole, 64 envs x {agents} agents, a policy per agent"] = (
-            MultiAgentCartPole, {"num_agents": agents}, {"fast": (64, per_agent), "stock": (64, per_agent)},
-            8_192, 2_048)
+            MultiAgentCartPole, {"num_agents": agents},
+            {"fast": (64, per_agent, 8_192), "stock": (64, per_agent, 8_192)}, 2_048)
     return cases
 
 
@@ -92,10 +95,10 @@ def run(repeats: int = 3, iterations: int = 3) -> str:
     torch.set_num_threads(1)
     rows = []
     try:
-        for name, (env, env_config, sides, batch, minibatch) in _cases().items():
+        for name, (env, env_config, sides, minibatch) in _cases().items():
             rates: dict[str, list[float]] = {side: [] for side in sides}
             for _ in range(repeats):  # interleaved, so drift on this shared machine hits every side alike
-                for side, (num_envs, policies) in sides.items():
+                for side, (num_envs, policies, batch) in sides.items():
                     algo = "stock" if side == "stock" else "fast"
                     config = _config(algo, env, env_config, num_envs, batch, minibatch, policies)
                     rates[side].append(agent_rate(config, iterations))
@@ -110,8 +113,9 @@ def run(repeats: int = 3, iterations: int = 3) -> str:
         "### Multi-agent: FastPPO's multi-agent columns vs its batched form vs stock PPO (agent steps/s)",
         "",
         f"Command: `rl-speed bench multi-agent` · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · local "
-        "sampling, torch threads 1, 64-64 tanh policy and value nets, one epoch; grid arena batch 24,576 / "
-        "minibatch 6,144, MultiAgentCartPole batch 8,192 env steps / minibatch 2,048; agent steps from RLlib's "
+        "sampling, torch threads 1, 64-64 tanh policy and value nets, one epoch; grid arena batch 24,576 agent steps "
+        "(1,024 map steps for the MultiAgentEnv form) / minibatch 1,024, MultiAgentCartPole batch 8,192 env steps / "
+        "minibatch 2,048; agent steps from RLlib's "
         f"per-agent result keys; median of {repeats} interleaved runs of {iterations} iterations after a warm-up.",
         "",
         "| env | FastPPO, batched form | FastPPO, MultiAgentEnv | stock PPO, MultiAgentEnv | MA / batched | "

@@ -114,6 +114,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._obs = tree.map_structure(lambda x: np.zeros((lanes, *np.shape(x)), np.asarray(x).dtype), sample)
         self._action_struct = get_base_struct_from_space(envs[0].get_action_space(self._agents[0]))
         self._present = np.zeros(lanes, bool)  # the agent has an observation and acts next step
+        self._done = np.zeros(lanes, bool)  # the agent's episode ended before its copy's
         self._module = np.full(lanes, -1, np.int16)
         self._resetting = np.zeros(n, bool)  # copies whose next step is a reset step
         self._pending_reward = np.zeros(lanes, np.float64)
@@ -174,48 +175,63 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 if self._resetting[i]:
                     self._reset_copy(i, env)
                     continue
-                action_dict = {aid: tree.map_structure(lambda x, k=base + k: x[k], actions)
-                               for k, aid in enumerate(self._agents) if acting[base + k]}
-                obs, rewards, terminateds, truncateds, _ = env.step(action_dict)
+                if isinstance(actions, np.ndarray):  # the common case, without tree's per-agent cost
+                    action_dict = {aid: actions[base + k] for k, aid in enumerate(self._agents) if acting[base + k]}
+                else:
+                    action_dict = {aid: tree.map_structure(lambda x, k=base + k: x[k], actions)
+                                   for k, aid in enumerate(self._agents) if acting[base + k]}
+                ended = self._step_copy(i, env.step(action_dict), acting[base:base + a], columns, t)
                 env_steps += 1
-                self._env_len[i] += 1
-                term_all, trunc_all = bool(terminateds.get("__all__")), bool(truncateds.get("__all__"))
-                for k, aid in enumerate(self._agents):
-                    lane = base + k
-                    reward = float(rewards.get(aid, 0.0))
-                    if not acting[lane]:
-                        self._pending_reward[lane] += reward
-                        if aid in obs and not (term_all or trunc_all):  # an agent that joins late
-                            _write(self._obs, lane, obs[aid])
-                            self._present[lane] = True
-                        continue
-                    reward += self._pending_reward[lane]
-                    self._pending_reward[lane] = 0.0
-                    terminated = bool(terminateds.get(aid, term_all))
-                    truncated = bool(truncateds.get(aid, trunc_all)) and not terminated
-                    if (term_all or trunc_all) and not (terminated or truncated):
-                        truncated = True  # the copy ended around an agent that was not done: cut, bootstrap
-                    columns[C.REWARDS][t, lane] = reward
-                    columns[C.TERMINATEDS][t, lane] = terminated
-                    columns[C.TRUNCATEDS][t, lane] = truncated
-                    columns[C.VALID][t, lane] = True
-                    self._lane_return[lane] += reward
-                    self._lane_steps[lane] += 1
-                    if aid in obs:
-                        _write(self._obs, lane, obs[aid])  # the final observation too, for truncations
-                    elif not (terminated or truncated):
-                        raise TurnBasedEnvError(
-                            f"MultiAgentBatchedEnvRunner: agent {aid!r} acted, is not done, and has no next "
-                            "observation: the env is turn-based (agents acting in sequence), which the columnar "
-                            "path does not support; use stock PPO (RLlib's MultiAgentEnvRunner).")
-                    self._present[lane] = not (terminated or truncated)
-                if term_all or trunc_all:
+                if ended:
                     self._resetting[i] = True
                     self._finish_episode(i)
                     episodes += 1
         _write(columns[C.OBS], steps, self._obs)
         columns[C.MODULE][steps] = self._module
         return columns, env_steps, episodes
+
+    def _step_copy(self, i: int, result: tuple, acting: np.ndarray, columns: Columns, t: int) -> bool:
+        """Writes one env step of copy ``i`` into step ``t`` of its lanes (array ops over the copy's agents);
+        returns whether the copy's episode ended (``__all__``)."""
+        obs, rewards, terminateds, truncateds, _ = result
+        agents, a = self._agents, len(self._agents)
+        lanes = slice(i * a, (i + 1) * a)
+        self._env_len[i] += 1
+        term_all, trunc_all = bool(terminateds.get("__all__")), bool(truncateds.get("__all__"))
+        # A reward for an agent that did not act waits for its next action (RLlib's episodes do the same).
+        reward = np.array([rewards.get(aid, 0.0) for aid in agents], np.float64) + self._pending_reward[lanes]
+        self._pending_reward[lanes] = np.where(acting, 0.0, reward)
+        reward = np.where(acting, reward, 0.0)
+        terminated = np.array([bool(terminateds.get(aid, term_all)) for aid in agents]) & acting
+        truncated = np.array([bool(truncateds.get(aid, trunc_all)) for aid in agents]) & acting & ~terminated
+        if term_all or trunc_all:
+            truncated |= acting & ~terminated  # the copy ended around agents that were not done: cut, bootstrap
+        done = terminated | truncated
+        has_obs = np.array([aid in obs for aid in agents])
+        skipped = acting & ~has_obs & ~done
+        if skipped.any():
+            raise TurnBasedEnvError(
+                f"MultiAgentBatchedEnvRunner: agent {agents[int(np.argmax(skipped))]!r} acted, is not done, and has "
+                "no next observation: the env is turn-based (agents acting in sequence), which the columnar path "
+                "does not support; use stock PPO (RLlib's MultiAgentEnvRunner).")
+        columns[C.REWARDS][t, lanes] = reward
+        columns[C.TERMINATEDS][t, lanes] = terminated
+        columns[C.TRUNCATEDS][t, lanes] = truncated
+        columns[C.VALID][t, lanes] = acting
+        self._lane_return[lanes] += reward
+        self._lane_steps[lanes] += acting
+        self._done[lanes] |= done
+        joining = has_obs & ~acting & ~self._done[lanes] & (not (term_all or trunc_all))  # agents that join late
+        write = has_obs & (acting | joining)  # acting agents' next (or final) observations, and joiners' first
+        if write.all() and isinstance(self._obs, np.ndarray):  # the common case: one array copy per env step
+            self._obs[lanes] = np.stack([obs[aid] for aid in agents])
+        elif write.all():
+            _write(self._obs, lanes, tree.map_structure(lambda *xs: np.stack(xs), *[obs[aid] for aid in agents]))
+        else:
+            for k in np.flatnonzero(write):
+                _write(self._obs, i * a + k, obs[agents[k]])
+        self._present[lanes] = (acting & ~done) | joining
+        return term_all or trunc_all
 
     def _reset_copy(self, i: int, env: MultiAgentEnv) -> None:
         """The NEXT_STEP reset of copy ``i``: a new episode, its agents mapped to modules."""
@@ -229,6 +245,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         episode = MultiAgentEpisode()  # what policy_mapping_fn receives (its id_ tells episodes apart)
         lanes = slice(i * a, (i + 1) * a)
         self._present[lanes] = False
+        self._done[lanes] = False
         self._pending_reward[lanes] = 0.0
         self._lane_return[lanes] = 0.0
         self._lane_steps[lanes] = 0

@@ -82,7 +82,7 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         """Multi-agent columns -> one training batch per module to train (feed-forward modules): each lane's values
         from the module that owns its observations (``module`` column), GAE over all ``[T, L]`` lanes at once, then
         each module's rows, its advantages standardized over its own steps (as RLlib's GAE connector does per
-        module)."""
+        module). A single module (a shared policy) owns every lane: that is the single-agent layout."""
         device = self._device
 
         def tensor(x: np.ndarray) -> torch.Tensor:
@@ -91,6 +91,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
                 return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
 
         module_ids = sorted(self.module.keys())  # the runner's indices refer to this order
+        if len(module_ids) == 1:  # one module owns every lane (a shared policy): the single-module path, no gathers
+            return {module_ids[0]: self.compute_advantages(module_ids[0], columns)} \
+                if self.should_module_be_updated(module_ids[0]) else {}
         owner = tensor(columns[C.MODULE]).long()  # [T + 1, L]
         obs = tree.map_structure(tensor, columns[C.OBS])  # [T + 1, L, ...]
         rewards = tensor(columns[C.REWARDS])
