@@ -1,7 +1,8 @@
 """RLlib ``MultiAgentEnv`` forms of rl_speed's multi-agent simulators, for users who train with stock RLlib.
 
-The fast path does not use these: FastPPO steps the batched form (agents flattened into lanes, one shared policy).
-These exist so the same env runs with RLlib's own multi-agent runner, which keeps a Python episode per agent.
+FastPPO's fastest path steps the batched forms (agents flattened into lanes, one shared policy, no
+``multi_agent()``). These forms run with RLlib's own multi-agent runner (a Python episode per agent) and with FastPPO's
+multi-agent columns (``config.multi_agent(...)``).
 """
 
 from __future__ import annotations
@@ -9,9 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
 from ray.rllib.utils.annotations import override
 
 from rl_speed_envs.grid_arena import CONFIG_KEYS, GridArena
+from rl_speed_envs.mettagrid import CONFIG_KEYS as METTAGRID_KEYS
+from rl_speed_envs.mettagrid import arena_config
+from rl_speed_envs.mettagrid import check_installed as check_mettagrid_installed
 
 
 class GridArenaMultiAgentEnv(MultiAgentEnv):
@@ -48,3 +53,20 @@ class GridArenaMultiAgentEnv(MultiAgentEnv):
         cut = {aid: truncated for aid in self.agents}
         return (dict(zip(self.agents, obs)), dict(zip(self.agents, rewards.tolist())),
                 {**done, "__all__": terminated}, {**cut, "__all__": truncated}, {})
+
+
+class MettaGridMultiAgentEnv(ParallelPettingZooEnv):
+    """The real MettaGrid arena (``[mettagrid]`` extra, :mod:`rl_speed_envs.mettagrid`) through mettagrid's own
+    PettingZoo ParallelEnv and RLlib's ``ParallelPettingZooEnv`` wrapper: the path a stock RLlib user takes (one
+    simulation per env, per-agent dicts). Agents are the integers ``0 .. num_agents - 1``. Accepts the same
+    ``env_config`` keys as the vector form (:data:`rl_speed_envs.mettagrid.CONFIG_KEYS`)."""
+
+    config_keys = METTAGRID_KEYS
+    check_installed = staticmethod(check_mettagrid_installed)
+
+    def __init__(self, config: dict | None = None, **kwargs: Any) -> None:
+        check_mettagrid_installed()
+        from mettagrid.envs.pettingzoo_env import MettaGridPettingZooEnv
+        from mettagrid.simulator import Simulator
+
+        super().__init__(MettaGridPettingZooEnv(Simulator(), arena_config(**{**(config or {}), **kwargs})))

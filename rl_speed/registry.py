@@ -20,6 +20,9 @@ ENVIRONMENTS: dict[str, tuple[str, str | None]] = {
     # The per-map form for stock RLlib is a MultiAgentEnv (ray-side); the vector form has agents as lanes.
     "rl_speed/GridArena-v0": ("rl_speed.multi_agent:GridArenaMultiAgentEnv",
                               "rl_speed_envs.grid_arena:GridArenaVectorEnv"),
+    # The real MettaGrid ([mettagrid] extra): the PettingZoo form for stock RLlib, the buffer-bound vector form.
+    "rl_speed/MettaGrid-v0": ("rl_speed.multi_agent:MettaGridMultiAgentEnv",
+                              "rl_speed_envs.mettagrid:MettaGridVectorEnv"),
 }
 #: algorithm name -> "module:Class"; filled as rl_speed's algorithms land.
 ALGORITHMS: dict[str, str] = {
@@ -32,6 +35,7 @@ MODULES: dict[str, str] = {
     "recurrent": "rl_speed.modules.recurrent:RecurrentActorCritic",
     "q_net": "rl_speed.modules.q_net:QNetModule",
     "graph": "rl_speed.modules.graph:GraphActorCritic",
+    "tokens": "rl_speed.modules.tokens:TokenActorCritic",
 }
 
 _registered = False

@@ -126,6 +126,22 @@ def test_grid_arena_fastppo_well_above_random_within_150_seconds(tmp_path, cli_e
     assert final > 2 * baseline and final > 0.2
 
 
+@pytest.mark.slow
+def test_mettagrid_fastppo_well_above_random_within_90_seconds(tmp_path, cli_env):
+    """The laptop MettaGrid example (real mettagrid, token module) against random play in the same arena."""
+    pytest.importorskip("mettagrid", reason="the [mettagrid] extra is not installed")
+    from rl_speed_envs.mettagrid import MettaGridVectorEnv
+
+    config = yaml.safe_load(open(ROOT / "tuned_examples" / "mettagrid_ppo.yaml"))["mettagrid-ppo"]["config"]
+    rng = np.random.default_rng(0)
+    env = MettaGridVectorEnv(num_envs=128, **config["env_config"])
+    baseline = mean_return(env, lambda: rng.integers(0, 5, 128), 500)
+    rows = train_tuned_example("mettagrid_ppo", {"time_total_s": 90}, tmp_path, cli_env)
+    final = best_return(rows[-5:])
+    print(f"MettaGrid: random policy {baseline:.2f} per agent-episode, FastPPO after 90 s {final:.2f}")
+    assert final > 2 * baseline
+
+
 def durotaxis_random_return(env_config: dict, seed: int = 0) -> float:
     """Mean episode return of uniformly random actions (spawn flags, parameters, delete ratio) on durotaxis."""
     from rl_speed_envs.durotaxis import DurotaxisVectorEnv

@@ -20,7 +20,8 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "mario-scaling": "rl_speed.bench.mario_scaling", "mario-policy": "rl_speed.bench.mario_policy",
               "replay-memory": "rl_speed.bench.replay_memory", "lstm": "rl_speed.bench.lstm",
               "ppo-defaults": "rl_speed.bench.ppo:run_defaults", "dqn-defaults": "rl_speed.bench.dqn:run_defaults",
-              "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent"}
+              "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent",
+              "mettagrid": "rl_speed.bench.mettagrid"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:

@@ -17,6 +17,8 @@ def test_tuned_example_validates(path):
     if "SuperMarioBros" in path.read_text():  # validation checks that the emulator is installed (clear error if not)
         pytest.importorskip("gym_super_mario_bros", reason="the [mario] extra is not installed (CI installs it; "
                             "locally: python3 tasks.py mario-setup)")
+    if "MettaGrid" in path.read_text():
+        pytest.importorskip("mettagrid", reason="the [mettagrid] extra is not installed")
     rl_speed.register()
     (experiment, *_) = load_experiments(path)
     assert experiment.config.env is not None

@@ -1,0 +1,149 @@
+"""MettaGrid on a GPU box: the GPU preset (``tuned_examples/mettagrid_ppo_gpu.yaml``) end to end, its learner on one
+GPU vs two (DDP), and stock PPO through mettagrid's PettingZoo form on the same box, with the same module.
+
+* FastPPO: the preset as written (15 runners x 24 simulations x 24 agents, async sampling, batch 259,200, minibatch
+  32,400, 1 epoch, TokenActorCritic on one GPU learner); agent steps/s over ``seconds`` after two warm-up iterations,
+  the iteration profile, and the mean return per agent-episode against random play in the same arena.
+* Learner scaling: the preset with ``num_learners: 2`` (one GPU each), compared by the learner's own rate
+  (train-batch steps / the iteration's ``learn`` + ``advantages`` seconds, from ``rl_speed_profile``), since end to
+  end the 15 runners may bound both.
+* Stock PPO: RLlib's PPO with the PettingZoo form (``rl_speed.multi_agent.MettaGridMultiAgentEnv``, one simulation
+  per env, per-agent dicts), one shared policy of the same TokenActorCritic, batches counted in agent steps
+  (``count_steps_by: agent_steps``) so they are the preset's 259,200 agent steps, 15 runners.
+
+Run on the device with ``rl-speed bench mettagrid --device cuda`` (the [mettagrid] extra installed).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl_speed.bench.common import machine
+
+PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
+
+
+def _preset() -> Any:
+    from rl_speed.cli.experiment_file import load_experiments
+
+    (experiment,) = load_experiments(PRESET)
+    return experiment.config
+
+
+def random_return(env_config: dict, episodes: int = 200) -> float:
+    """Mean return per agent-episode of uniformly random actions in the preset's arena."""
+    from rl_speed_envs.mettagrid import MettaGridVectorEnv
+
+    env = MettaGridVectorEnv(num_envs=env_config.get("num_agents", 24) * 8, **env_config)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    returns, running, resetting = [], np.zeros(env.num_envs), np.zeros(env.num_envs, bool)
+    while len(returns) < episodes:
+        _, rewards, terminated, truncated, _ = env.step(rng.integers(0, env.single_action_space.n, env.num_envs))
+        running += np.where(resetting, 0.0, rewards)
+        done = terminated | truncated
+        returns.extend(running[done])
+        running[done] = 0.0
+        resetting = done
+    return float(np.mean(returns))
+
+
+def _run(config: Any, seconds: float, agents_per_env_step: int = 1) -> dict:
+    """Agent steps/s over ``seconds`` after two warm-up iterations; the last profile; returns seen."""
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        start_steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
+        start, returns, profiles = time.perf_counter(), [], []
+        while time.perf_counter() - start < seconds:
+            result = algo.train()
+            value = result["env_runners"].get("episode_return_mean")
+            if value is not None and np.isfinite(value):
+                returns.append(float(value))
+            profiles.append(result.get("rl_speed_profile", {}))
+        elapsed = time.perf_counter() - start
+        steps = (result["env_runners"]["num_env_steps_sampled_lifetime"] - start_steps) * agents_per_env_step
+        return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "iterations": len(profiles)}
+    finally:
+        algo.stop()
+
+
+def _learner_rate(run: dict, batch: int) -> float:
+    """Train-batch steps per second of the learner alone (values + GAE + updates), median over iterations."""
+    times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
+    return batch / float(np.median(times)) if times else float("nan")
+
+
+def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seconds: float = 60.0,
+        runners: int | None = None) -> str:
+    import ray
+
+    import rl_speed
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rl_speed.modules.tokens import TokenActorCritic
+
+    rl_speed.register()
+    gpus = 2 if device == "cuda" else 0
+    ray.init(address="local", num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    preset = _preset()
+    if runners is not None:  # smaller machines: fewer runners, the same per-runner size
+        preset = preset.env_runners(num_env_runners=runners).training(
+            train_batch_size_per_learner=runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length)
+    if device != "cuda":
+        preset = preset.learners(num_gpus_per_learner=0)
+    env_config = dict(preset.env_config)
+    batch = preset.train_batch_size_per_learner
+    rows, notes = [], []
+    try:
+        baseline = random_return(env_config)
+        one = _run(preset.copy(copy_frozen=False), seconds)
+        rows.append(("FastPPO, 1 GPU learner", one["rate"], _learner_rate(one, batch)))
+        notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run {one['returns']} "
+                     f"(random play {baseline:.2f}); last profile {one['profiles'][-1]}")
+        if device == "cuda" and gpus >= 2:
+            two = _run(preset.copy(copy_frozen=False).learners(num_learners=2, num_gpus_per_learner=1),
+                       seconds / 2)
+            rows.append(("FastPPO, 2 GPU learners (DDP)", two["rate"], _learner_rate(two, batch)))
+            notes.append(f"FastPPO 2 learners: last profile {two['profiles'][-1]}")
+        module = RLModuleSpec(module_class=TokenActorCritic, model_config=dict(preset.model_config))
+        stock = (PPOConfig().environment("rl_speed/MettaGrid-v0", env_config=env_config)
+                 .env_runners(num_env_runners=preset.num_env_runners, num_envs_per_env_runner=1)
+                 .multi_agent(policies={"shared"}, policy_mapping_fn=lambda aid, episode, **kw: "shared",
+                              count_steps_by="agent_steps")
+                 .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={"shared": module}))
+                 .training(train_batch_size_per_learner=batch, minibatch_size=preset.minibatch_size,
+                           num_epochs=preset.num_epochs, lr=preset.lr, gamma=preset.gamma,
+                           lambda_=preset.lambda_, entropy_coeff=preset.entropy_coeff)
+                 .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
+        agents = env_config.get("num_agents", 24)
+        base = _run(stock, stock_seconds, agents_per_env_step=1)
+        rows.append(("stock PPO, PettingZoo form", base["rate"], float("nan")))
+    finally:
+        ray.shutdown()
+    fast = rows[0][1]
+    table = [f"| {name} | {rate:,.0f} | {learner:,.0f} | {fast / rate:.1f}x |" for name, rate, learner in rows]
+    return "\n".join([
+        "### MettaGrid GPU preset: FastPPO (vector form) vs stock PPO (PettingZoo form), agent steps/s",
+        "",
+        f"Command: `rl-speed bench mettagrid --device {device}` · machine: {machine()} · date: "
+        f"{time.strftime('%Y-%m-%d')} · CPUs: {os.cpu_count()} · preset `{PRESET.name}` ({preset.num_env_runners} "
+        f"runners x {preset.num_envs_per_env_runner} lanes, batch {batch:,}, minibatch {preset.minibatch_size:,}), "
+        f"{agents} agents per simulation; FastPPO measured over {seconds:.0f} s ({seconds / 2:.0f} s with 2 learners), "
+        f"stock over {stock_seconds:.0f} s, each after two warm-up iterations. Learner rate: batch / (learn + "
+        "advantages seconds) per iteration, median.",
+        "",
+        "| run | agent steps/s end to end | learner steps/s | FastPPO 1-GPU / this |",
+        "|---|---:|---:|---:|",
+        *table,
+        "",
+        *[f"- {note}" for note in notes],
+    ])

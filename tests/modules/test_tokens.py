@@ -1,0 +1,48 @@
+"""TokenActorCritic: shapes, and that cutting the empty token slots is exact."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ray.rllib.core.columns import Columns
+
+from rl_speed.modules.tokens import TokenActorCritic
+
+
+def module(slots=50):
+    return TokenActorCritic(observation_space=gym.spaces.Box(0, 255, (slots, 3), np.uint8),
+                            action_space=gym.spaces.Discrete(5), model_config={"token_dim": 16, "fcnet_hiddens": [32]})
+
+
+def tokens(batch, slots, present, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = np.full((batch, slots, 3), 255, np.uint8)
+    for b in range(batch):
+        k = present[b]
+        obs[b, :k, 0] = rng.integers(0, 200, k)
+        obs[b, :k, 1:] = rng.integers(0, 60, (k, 2))
+    return torch.from_numpy(obs)
+
+
+def test_outputs_and_exact_cut():
+    torch.manual_seed(0)
+    net = module()
+    obs = tokens(4, 50, [3, 10, 0, 7])
+    out = net._forward({Columns.OBS: obs})
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (4, 5)
+    assert net.compute_values({Columns.OBS: obs}).shape == (4,)
+    # more empty slots at the end change nothing: the cut is exact
+    padded = torch.cat([obs, torch.full((4, 30, 3), 255, dtype=torch.uint8)], dim=1)
+    wide = module(80)
+    wide.load_state_dict(net.state_dict())
+    assert torch.allclose(wide._forward({Columns.OBS: padded})[Columns.ACTION_DIST_INPUTS],
+                          out[Columns.ACTION_DIST_INPUTS], atol=1e-6)
+
+
+def test_rejects_other_spaces():
+    with pytest.raises(ValueError, match="uint8 tokens"):
+        TokenActorCritic(observation_space=gym.spaces.Box(0, 1, (4,), np.float32),
+                         action_space=gym.spaces.Discrete(2))
