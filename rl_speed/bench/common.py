@@ -72,3 +72,13 @@ def train_rate(config: Any, iterations: int, warmup: int = 1, agents_per_step: i
         return (result["env_runners"]["num_env_steps_sampled_lifetime"] - before) * agents_per_step / elapsed, result
     finally:
         algo.stop()
+
+
+def agent_steps(result: dict, agents_per_lane_step: int = 1) -> float:
+    """Agent steps sampled so far, from RLlib's per-agent keys (``num_agent_steps_sampled_lifetime``) where the
+    runner reports them, else env steps x ``agents_per_lane_step``."""
+    runners = result["env_runners"]
+    per_agent = runners.get("num_agent_steps_sampled_lifetime")
+    if isinstance(per_agent, dict) and per_agent:
+        return float(sum(per_agent.values()))
+    return float(runners["num_env_steps_sampled_lifetime"]) * agents_per_lane_step

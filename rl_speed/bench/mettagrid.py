@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import agent_steps, machine
 
 PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
 
@@ -53,13 +53,14 @@ def random_return(env_config: dict, episodes: int = 200) -> float:
     return float(np.mean(returns))
 
 
-def _run(config: Any, seconds: float, agents_per_env_step: int = 1) -> dict:
-    """Agent steps/s over ``seconds`` after two warm-up iterations; the last profile; returns seen."""
+def _run(config: Any, seconds: float) -> dict:
+    """Agent steps/s over ``seconds`` after two warm-up iterations (RLlib's agent-step keys, so a multi-agent env
+    step counts its agents); the profiles; the returns seen."""
     algo = config.build_algo()
     try:
         for _ in range(2):
             result = algo.train()
-        start_steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
+        start_steps = agent_steps(result)
         start, returns, profiles = time.perf_counter(), [], []
         while time.perf_counter() - start < seconds:
             result = algo.train()
@@ -68,7 +69,7 @@ def _run(config: Any, seconds: float, agents_per_env_step: int = 1) -> dict:
                 returns.append(float(value))
             profiles.append(result.get("rl_speed_profile", {}))
         elapsed = time.perf_counter() - start
-        steps = (result["env_runners"]["num_env_steps_sampled_lifetime"] - start_steps) * agents_per_env_step
+        steps = agent_steps(result) - start_steps
         return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "iterations": len(profiles)}
     finally:
         algo.stop()
@@ -96,8 +97,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     ray.init(address="local", num_gpus=gpus, include_dashboard=False, log_to_driver=False)
     preset = _preset()
     if runners is not None:  # smaller machines: fewer runners, the same per-runner size
+        batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
         preset = preset.env_runners(num_env_runners=runners).training(
-            train_batch_size_per_learner=runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length)
+            train_batch_size_per_learner=batch, minibatch_size=min(preset.minibatch_size, batch))
     if device != "cuda":
         preset = preset.learners(num_gpus_per_learner=0)
     env_config = dict(preset.env_config)
@@ -125,7 +127,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
                            lambda_=preset.lambda_, entropy_coeff=preset.entropy_coeff)
                  .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
         agents = env_config.get("num_agents", 24)
-        base = _run(stock, stock_seconds, agents_per_env_step=1)
+        base = _run(stock, stock_seconds)
         rows.append(("stock PPO, PettingZoo form", base["rate"], float("nan")))
     finally:
         ray.shutdown()

@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import agent_steps, machine
 
 GRID = "rl_speed/GridArena-v0"
 GRID_MAPS, GRID_AGENTS = 32, 24
@@ -40,23 +40,15 @@ def _config(algo: str, env: Any, env_config: dict, num_envs: int, batch: int, mi
     return config
 
 
-def _agent_steps(result: dict, agents_per_lane_step: int) -> float:
-    runners = result["env_runners"]
-    per_agent = runners.get("num_agent_steps_sampled_lifetime")
-    if isinstance(per_agent, dict) and per_agent:
-        return float(sum(per_agent.values()))
-    return float(runners["num_env_steps_sampled_lifetime"]) * agents_per_lane_step
-
-
 def agent_rate(config: Any, iterations: int, agents_per_lane_step: int = 1) -> float:
     """Agent steps/s over ``iterations`` training iterations after one warm-up iteration."""
     algo = config.build_algo()
     try:
-        before = _agent_steps(algo.train(), agents_per_lane_step)
+        before = agent_steps(algo.train(), agents_per_lane_step)
         start = time.perf_counter()
         for _ in range(iterations):
             result = algo.train()
-        return (_agent_steps(result, agents_per_lane_step) - before) / (time.perf_counter() - start)
+        return (agent_steps(result, agents_per_lane_step) - before) / (time.perf_counter() - start)
     finally:
         algo.stop()
 

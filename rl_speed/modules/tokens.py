@@ -1,13 +1,15 @@
 """TokenActorCritic: an actor-critic RLModule for MettaGrid's token observations (``[N, 3]`` uint8 rows of
 ``(location, feature, value)``; location 255 marks an empty slot, 254 a global token).
 
-Each token becomes ``relu(feature_emb[f] + position_emb[loc] + value / 255 * value_emb[f])`` (``token_dim`` wide;
-the uint8 tokens are cast on the module's device, never in the env or the columns), the present tokens are pooled by
-mean and max, and an MLP (``fcnet_hiddens``, default [256]) feeds a policy head and a value head. Slots past the
-last present token of the batch are cut before the embedding (exact: they are empty), which makes the module's cost
-follow the tokens an arena actually emits (about 40 of mettagrid's 200-500 slots), not the slot count.
+The encoder is a linear layer over the one-hot (feature, location) grid the tokens describe, computed sparsely: each
+present token adds ``presence[f, loc] + value / 255 * magnitude[f, loc]`` (two ``256 * 256 x token_dim`` tables,
+summed with ``embedding_bag``, so no ``[B, N, token_dim]`` tensor is ever built), the sum is divided by the number of
+present tokens, and an MLP (``fcnet_hiddens``, default [256], ReLU) feeds a policy head and a value head. The uint8
+tokens are cast on the module's device, never in the env or the columns. Slots past the last present token of the
+batch are cut first (exact: they are empty). An env runner's forward pass costs a few milliseconds for 576 agents
+on one CPU core, less than the simulations it steps.
 
-model_config: ``token_dim`` (default 64), ``fcnet_hiddens`` (default [256]).
+model_config: ``token_dim`` (default 32), ``fcnet_hiddens`` (default [256]).
 """
 
 from __future__ import annotations
@@ -41,13 +43,13 @@ class TokenActorCritic(TorchRLModule, ValueFunctionAPI):
         if not isinstance(action, gym.spaces.Discrete):
             raise ValueError(f"TokenActorCritic needs a Discrete action space, got {action}.")
         cfg = self.model_config or {}
-        dim = int(cfg.get("token_dim", 64))
-        self.feature = nn.Embedding(256, dim)
-        self.position = nn.Embedding(256, dim)
-        self.value_scale = nn.Embedding(256, dim)
+        dim = int(cfg.get("token_dim", 32))
+        self.presence = nn.Embedding(256 * 256, dim)  # row feature * 256 + location
+        self.magnitude = nn.Embedding(256 * 256, dim)
         with torch.no_grad():
-            self.value_scale.weight.mul_(0.5)
-        self.trunk, width = mlp(2 * dim, list(cfg.get("fcnet_hiddens") or [256]), "relu")
+            for table in (self.presence, self.magnitude):
+                table.weight.normal_(0.0, 1.0 / dim ** 0.5)
+        self.trunk, width = mlp(dim, list(cfg.get("fcnet_hiddens") or [256]), "relu")
         self.pi = nn.Linear(width, int(action.n))
         self.vf = nn.Linear(width, 1)
         with torch.no_grad():
@@ -58,14 +60,16 @@ class TokenActorCritic(TorchRLModule, ValueFunctionAPI):
         tokens = obs.long()
         present = tokens[..., 0] != EMPTY  # [B, N]
         positions = torch.arange(1, present.shape[1] + 1, device=present.device)
-        n = int((present * positions).amax()) if present.numel() else 0  # last present slot of the batch
-        tokens, mask = tokens[:, :max(n, 1)], present[:, :max(n, 1), None].float()
+        n = max(1, int((present * positions).amax())) if present.numel() else 1  # last present slot of the batch
+        tokens, present = tokens[:, :n], present[:, :n].float()
         location, feature, value = tokens.unbind(-1)
-        h = torch.relu(self.feature(feature) + self.position(location)
-                       + (value.float() / 255.0)[..., None] * self.value_scale(feature)) * mask
-        mean = h.sum(1) / mask.sum(1).clamp(min=1.0)
-        peak = h.amax(1)  # h >= 0 after the ReLU, and masked slots are 0
-        return self.trunk(torch.cat([mean, peak], dim=-1))
+        index = (feature * 256 + location).reshape(-1)
+        offsets = torch.arange(0, index.numel(), n, device=index.device)
+        grid = (nn.functional.embedding_bag(index, self.presence.weight, offsets, mode="sum",
+                                            per_sample_weights=present.reshape(-1))
+                + nn.functional.embedding_bag(index, self.magnitude.weight, offsets, mode="sum",
+                                              per_sample_weights=(present * value.float() / 255.0).reshape(-1)))
+        return self.trunk(grid / present.sum(1, keepdim=True).clamp(min=1.0))
 
     @override(TorchRLModule)
     def _forward(self, batch: dict, **kwargs: Any) -> dict:
