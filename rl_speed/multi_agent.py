@@ -64,6 +64,7 @@ class MettaGridMultiAgentEnv(ParallelPettingZooEnv):
     config_keys = METTAGRID_KEYS
     check_installed = staticmethod(check_mettagrid_installed)
 
+    @override(ParallelPettingZooEnv)
     def __init__(self, config: dict | None = None, **kwargs: Any) -> None:
         check_mettagrid_installed()
         from mettagrid.envs.pettingzoo_env import MettaGridPettingZooEnv

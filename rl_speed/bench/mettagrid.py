@@ -75,6 +75,11 @@ def _run(config: Any, seconds: float) -> dict:
         algo.stop()
 
 
+def _phases(run: dict) -> dict:
+    """The last iteration's phase seconds (``rl_speed_profile``), rounded."""
+    return {k[:-2]: round(float(v), 3) for k, v in run["profiles"][-1].items() if k.endswith("_s")}
+
+
 def _learner_rate(run: dict, batch: int) -> float:
     """Train-batch steps per second of the learner alone (values + GAE + updates), median over iterations."""
     times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
@@ -109,13 +114,14 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
         baseline = random_return(env_config)
         one = _run(preset.copy(copy_frozen=False), seconds)
         rows.append(("FastPPO, 1 GPU learner", one["rate"], _learner_rate(one, batch)))
-        notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run {one['returns']} "
-                     f"(random play {baseline:.2f}); last profile {one['profiles'][-1]}")
+        notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run "
+                     f"{[round(r, 1) for r in one['returns']]} (random play {baseline:.2f}); last iteration's phases "
+                     f"{_phases(one)}")
         if device == "cuda" and gpus >= 2:
             two = _run(preset.copy(copy_frozen=False).learners(num_learners=2, num_gpus_per_learner=1),
                        seconds / 2)
             rows.append(("FastPPO, 2 GPU learners (DDP)", two["rate"], _learner_rate(two, batch)))
-            notes.append(f"FastPPO 2 learners: last profile {two['profiles'][-1]}")
+            notes.append(f"FastPPO 2 learners: last iteration's phases {_phases(two)}")
         module = RLModuleSpec(module_class=TokenActorCritic, model_config=dict(preset.model_config))
         stock = (PPOConfig().environment("rl_speed/MettaGrid-v0", env_config=env_config)
                  .env_runners(num_env_runners=preset.num_env_runners, num_envs_per_env_runner=1)

@@ -21,7 +21,7 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "replay-memory": "rl_speed.bench.replay_memory", "lstm": "rl_speed.bench.lstm",
               "ppo-defaults": "rl_speed.bench.ppo:run_defaults", "dqn-defaults": "rl_speed.bench.dqn:run_defaults",
               "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent",
-              "mettagrid": "rl_speed.bench.mettagrid"}
+              "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:

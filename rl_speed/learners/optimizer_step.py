@@ -199,7 +199,9 @@ class OptimizerStepMixin:
             return
         optimizers = [self.get_optimizer(module_id, name)
                       for module_id, names in self._module_optimizers.items() for name in names]
-        if finite_flags and all(o.defaults.get("fused") for o in optimizers):
+        # The param groups say how each optimizer steps: a state restored from a checkpoint made with foreach Adam
+        # (rl_speed before fused Adam on CPU) brings its own flags, and only fused steps take `found_inf`.
+        if finite_flags and all(group.get("fused") for o in optimizers for group in o.param_groups):
             found_inf = (~torch.stack(finite_flags).all()).float()  # stays on the device: no sync
             finite_flags.clear()
             for optimizer in optimizers:
