@@ -67,15 +67,21 @@ def make_env_creator(env_id: str) -> Callable[[dict], gym.Env | gym.vector.Vecto
     return creator
 
 
-def check_env_config(env_id: str, env_config: dict) -> None:
-    """Raises ``ValueError`` naming the bad key if ``env_config`` does not fit an rl_speed env's arguments."""
+def check_env_keys(env_id: str, env_config: dict) -> None:
+    """Raises ``ValueError`` naming the first key of ``env_config`` that is not an argument of an rl_speed env (no
+    env is built, so this works before an optional extra is installed)."""
     scalar = _load(ENVIRONMENTS[env_id][0])
     accepted = list(getattr(scalar, "config_keys", None)
                     or [p for p in inspect.signature(scalar.__init__).parameters if p != "self"])
     for key in env_config:
         if key not in accepted:
             raise ValueError(f"`env_config` key {key!r} is not an argument of {env_id}; accepted: {', '.join(accepted)}.")
-    scalar(**env_config).close()  # the env's own validation names bad values
+
+
+def check_env_config(env_id: str, env_config: dict) -> None:
+    """Raises ``ValueError`` naming the bad key or value if ``env_config`` does not fit an rl_speed env."""
+    check_env_keys(env_id, env_config)
+    _load(ENVIRONMENTS[env_id][0])(**env_config).close()  # the env's own validation names bad values
 
 
 def check_env_installed(env: Any) -> None:

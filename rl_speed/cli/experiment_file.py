@@ -166,6 +166,13 @@ def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_o
                                   f"use an rl_speed env ({', '.join(known)}), a gymnasium id such as CartPole-v1, "
                                   "a name registered with ray.tune.register_env, or 'module:EnvId'.")
     config["env"] = env
+    env_config = config.get("env_config") or {}
+    if env in registry.ENVIRONMENTS and isinstance(env_config, dict):  # key names first: a typo is named even
+        try:                                                              # before an optional extra is installed
+            registry.check_env_keys(env, env_config)
+        except ValueError as e:
+            raise ExperimentFileError(source, f"{name}.config.env_config", str(e),
+                                      f"see the Arguments section of {env}'s docstring.") from None
     try:
         registry.check_env_installed(env)
     except ImportError as e:

@@ -1,0 +1,37 @@
+"""The race's judge: the episode log every contender's env writes, the target rule, and the permutation test."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+from rl_speed.bench.race import WINDOW, EpisodeJudge, judged_id, permutation_p, reached
+
+
+def test_judge_logs_every_finished_episode_with_the_shared_step_count():
+    EpisodeJudge.begin()
+    envs = [gym.make(judged_id("CartPole-v1")) for _ in range(2)]
+    lengths = []
+    for env in envs:
+        env.reset(seed=0)
+        steps, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(0)
+            steps, done = steps + 1, terminated or truncated
+        lengths.append(steps)
+    assert [r for _, _, r in EpisodeJudge.log] == [float(n) for n in lengths]  # CartPole: reward 1 per step
+    assert [s for _, s, _ in EpisodeJudge.log] == [lengths[0], sum(lengths)]  # steps of all instances
+    assert EpisodeJudge.log[0][0] <= EpisodeJudge.log[1][0]
+
+
+def test_target_is_the_running_mean_of_the_last_window():
+    log = [(float(i), 10 * i, 100.0) for i in range(WINDOW - 1)] + [(99.0, 1000, 500.0)]
+    assert reached(log, 120.0) == (99.0, 1000)  # mean (19 * 100 + 500) / 20 = 120
+    assert reached(log, 121.0) is None
+    assert reached(log[:-1], 0.0) is None  # fewer than WINDOW episodes: no mean yet
+
+
+def test_permutation_p():
+    assert permutation_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    # 5 vs 5 fully separated: only the observed split and its mirror are as extreme, 2 of C(10, 5) = 252
+    assert permutation_p([1.0, 2, 3, 4, 5], [10.0, 11, 12, 13, 14]) == pytest.approx(2 / 252)
