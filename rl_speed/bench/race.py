@@ -1,18 +1,23 @@
 """Time to a score, judged the same way for every contender, and FastPPO's learning-level equivalence with stock PPO.
 
-The judge (:class:`EpisodeJudge`) is one gymnasium wrapper that every contender's envs go through: it logs every
+The judge (:class:`EpisodeJudge`, or :class:`VectorEpisodeJudge` around a native vector env) is one wrapper that every
+contender's envs go through: it logs every
 finished episode's return with the wall-clock time since the contender started (before its algorithm or model is
 built) and the process-wide count of env steps. A contender has reached the target when the mean return of the last
 20 finished episodes reaches it. Everything runs in this process with local sampling, one contender at a time, so
 each log holds one contender's episodes only.
 
-Contenders on CartPole-v1 (target 475) and Acrobot-v1 (target -100):
+Contenders on CartPole-v1 (target 475), Acrobot-v1 (target -100) and the 8 x 8 Snake (target 5.0; no rl-zoo entry,
+so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 steps the scalar env, one per lane):
 
 * ``FastPPO (ours)``: FastPPO with rl_speed's own settings for the task, where a task has them (none is tuned yet);
 * ``FastPPO (zoo)``, ``PPO (zoo)``: FastPPO and stock RLlib PPO at rl-zoo's PPO hyperparameters for the task,
-  mapped to RLlib's keys (identical on both);
-* ``SB3 PPO (zoo)``: Stable-Baselines3 (the ``[bench]`` extra) with rl-zoo's hyperparameters; skipped when not
+  mapped to RLlib's keys (identical on both; "(snake_ppo.yaml)" for Snake);
+* ``SB3 PPO (zoo)``: Stable-Baselines3 (the ``[bench]`` extra) with the same hyperparameters; skipped when not
   installed. rl-zoo's Acrobot entry also normalizes observations (VecNormalize); no contender does that here.
+
+Each row also gives the best running mean of 20 returns a contender reached, so a row that missed the target says by
+how much.
 
 ``equivalence``: FastPPO vs stock PPO at identical hyperparameters and seeds; env steps to the target per seed and a
 two-sided exact permutation test on the mean of log(env steps).
@@ -65,10 +70,46 @@ class EpisodeJudge(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class VectorEpisodeJudge(gym.vector.VectorWrapper):
+    """The judge for a native NEXT_STEP vector env: the same log as :class:`EpisodeJudge`, reset steps not counted."""
+
+    def __init__(self, env: gym.vector.VectorEnv) -> None:
+        super().__init__(env)
+        self._returns = np.zeros(env.num_envs)
+        self._resetting = np.zeros(env.num_envs, bool)
+
+    def reset(self, **kwargs: Any) -> Any:
+        self._returns[:] = 0.0
+        self._resetting[:] = False
+        return self.env.reset(**kwargs)
+
+    def step(self, actions: Any) -> Any:
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        live = ~self._resetting
+        EpisodeJudge.steps += int(live.sum())
+        self._returns += np.where(live, rewards, 0.0)
+        done = (terminated | truncated) & live
+        if done.any():
+            now = time.perf_counter() - EpisodeJudge.start
+            EpisodeJudge.log.extend((now, EpisodeJudge.steps, float(r)) for r in self._returns[done])
+            self._returns[done] = 0.0
+        self._resetting = terminated | truncated
+        return obs, rewards, terminated, truncated, info
+
+
 def judged_id(env_id: str) -> str:
-    """A gymnasium id for ``env_id`` wrapped in the judge (registered on first use)."""
+    """An env id for ``env_id`` wrapped in the judge, registered on first use: with gymnasium for gymnasium envs,
+    with Tune for rl_speed's envs (whose native vector form gets :class:`VectorEpisodeJudge`)."""
+    from rl_speed.registry import ENVIRONMENTS, make_env_creator
+
     judged = f"rl_speed_race/{env_id}"
-    if judged not in gym.registry:
+    if env_id in ENVIRONMENTS:
+        from ray.tune.registry import register_env
+
+        creator = make_env_creator(env_id)
+        register_env(judged, lambda cfg: (VectorEpisodeJudge(creator(cfg)) if "num_envs" in cfg
+                                          else EpisodeJudge(creator(cfg))))
+    elif judged not in gym.registry:
         gym.register(judged, entry_point=lambda **kw: EpisodeJudge(gym.make(env_id, **kw)))
     return judged
 
@@ -82,13 +123,24 @@ def reached(log: list[tuple[float, int, float]], target: float) -> tuple[float, 
     return None
 
 
+def best_mean(log: list[tuple[float, int, float]]) -> float:
+    """The best running mean of :data:`WINDOW` returns in a log (-inf with fewer episodes)."""
+    returns = np.array([r for _, _, r in log])
+    if len(returns) < WINDOW:
+        return float("-inf")
+    return float(np.convolve(returns, np.ones(WINDOW) / WINDOW, mode="valid").max())
+
+
 @dataclass(frozen=True)
 class Task:
     env_id: str
     target: float
     max_steps: int
-    zoo: dict  # rl-zoo's PPO hyperparameters, SB3's names (CartPole: linear lr and clip schedules over n_timesteps)
+    zoo: dict  # the shared PPO hyperparameters, SB3's names (CartPole: linear lr and clip schedules over n_timesteps)
     ours: dict = field(default_factory=dict)  # rl_speed's own FastPPO settings (RLlib's names); none tuned yet
+    source: str = "zoo"  # where ``zoo`` comes from: rl-zoo, or a tuned example for envs rl-zoo does not have
+    env_config: dict = field(default_factory=dict)
+    model: dict = field(default_factory=lambda: {"hidden": [64, 64], "entropy": 0.0})
 
 
 TASKS = {
@@ -100,6 +152,15 @@ TASKS = {
                        zoo={"n_envs": 16, "n_steps": 256, "batch_size": 64, "gae_lambda": 0.94, "gamma": 0.99,
                             "n_epochs": 4, "ent_coef": 0.0, "learning_rate": 3e-4, "clip_range": 0.2,
                             "n_timesteps": 1_000_000}),
+    # No rl-zoo entry: every contender gets tuned_examples/snake_ppo.yaml's settings (snake_fastppo.yaml: the same).
+    "rl_speed/Snake-v0": Task("rl_speed/Snake-v0", 5.0, 1_000_000,
+                              zoo={"n_envs": 64, "n_steps": 128, "batch_size": 1024, "gae_lambda": 0.95,
+                                   "gamma": 0.99, "n_epochs": 4, "ent_coef": 0.01, "learning_rate": 5e-4,
+                                   "clip_range": 0.2, "n_timesteps": 1_000_000},
+                              source="snake_ppo.yaml",
+                              env_config={"height": 8, "width": 8, "max_steps_without_food": 64,
+                                          "observation": "flat", "flood_fill": True},
+                              model={"hidden": [256, 256], "entropy": 0.01}),
 }
 
 
@@ -117,7 +178,8 @@ def zoo_in_rllib(task: "Task") -> dict:
         lr = [[0, lr], [zoo["n_timesteps"], 0.0]]
     return {"num_envs": zoo["n_envs"], "fragment": zoo["n_steps"], "minibatch": zoo["batch_size"],
             "epochs": zoo["n_epochs"], "lr": lr, "gamma": zoo["gamma"], "lambda": zoo["gae_lambda"],
-            "clip": zoo["clip_range"], "sb3_loss": True}
+            "clip": zoo["clip_range"], "sb3_loss": task.source == "zoo", "entropy": zoo["ent_coef"],
+            "hidden": task.model["hidden"], "env_config": task.env_config}
 
 
 def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
@@ -125,14 +187,17 @@ def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
         from ray.rllib.algorithms.ppo import PPOConfig as Config
     else:
         from rl_speed.algorithms.fast_ppo import FastPPOConfig as Config
+    from rl_speed.registry import ENVIRONMENTS
+
     n, fragment = settings["num_envs"], settings["fragment"]
-    config = (Config().environment(judged_id(env_id))
+    config = (Config().environment(judged_id(env_id), env_config=settings.get("env_config", {}))
               .env_runners(num_env_runners=0, num_envs_per_env_runner=n, rollout_fragment_length=fragment,
-                           gym_env_vectorize_mode="sync")
+                           gym_env_vectorize_mode="vector_entry_point" if env_id in ENVIRONMENTS else "sync")
               .training(train_batch_size_per_learner=n * fragment, minibatch_size=settings["minibatch"],
                         num_epochs=settings["epochs"], lr=settings["lr"], gamma=settings["gamma"],
-                        lambda_=settings["lambda"], clip_param=settings.get("clip", 0.2), entropy_coeff=0.0)
-              .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh",
+                        lambda_=settings["lambda"], clip_param=settings.get("clip", 0.2),
+                        entropy_coeff=settings.get("entropy", 0.0))
+              .rl_module(model_config={"fcnet_hiddens": settings.get("hidden", [64, 64]), "fcnet_activation": "tanh",
                                        "head_fcnet_hiddens": []})
               .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0)
               .debugging(seed=seed))
@@ -173,10 +238,17 @@ def run_sb3(task: Task, seed: int, max_seconds: float) -> list | None:
         lr, clip = zoo["learning_rate"], zoo["clip_range"]
         zoo["learning_rate"] = lambda progress: progress * lr  # progress_remaining: 1 -> 0 over n_timesteps
         zoo["clip_range"] = lambda progress: progress * clip
+    from rl_speed.registry import ENVIRONMENTS, make_env_creator
+
     EpisodeJudge.begin()
-    env = make_vec_env(judged_id(task.env_id), n_envs=zoo.pop("n_envs"), seed=seed)
+    if task.env_id in ENVIRONMENTS:  # SB3 steps the scalar env, one per lane (its DummyVecEnv)
+        creator = make_env_creator(task.env_id)
+        env = make_vec_env(lambda: EpisodeJudge(creator(dict(task.env_config))), n_envs=zoo.pop("n_envs"), seed=seed)
+    else:
+        env = make_vec_env(judged_id(task.env_id), n_envs=zoo.pop("n_envs"), seed=seed)
+    hidden = task.model["hidden"]
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **zoo,
-                policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.Tanh})
+                policy_kwargs={"net_arch": {"pi": hidden, "vf": hidden}, "activation_fn": torch.nn.Tanh})
     model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
     env.close()
     return list(EpisodeJudge.log)
@@ -199,7 +271,8 @@ def permutation_p(a: list[float], b: list[float]) -> float:
     return count / total
 
 
-def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1"), max_seconds: float = 180.0) -> str:
+def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1", "rl_speed/Snake-v0"),
+        max_seconds: float = 150.0) -> str:
     import ray
     import torch
 
@@ -213,9 +286,9 @@ def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1")
             contenders: dict[str, Callable[[int], list | None]] = {
                 **({"FastPPO (ours)": lambda s: run_rllib("fast", task, task.ours, s, max_seconds)}
                    if task.ours else {}),
-                "FastPPO (zoo)": lambda s: run_rllib("fast", task, zoo, s, max_seconds),
-                "PPO (zoo)": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
-                "SB3 PPO (zoo)": lambda s: run_sb3(task, s, max_seconds),
+                f"FastPPO ({task.source})": lambda s: run_rllib("fast", task, zoo, s, max_seconds),
+                f"PPO ({task.source})": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
+                f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds),
             }
             results: dict[str, list] = {c: [] for c in contenders}
             for seed in range(repeats):  # interleaved, so drift on this shared machine hits every contender alike
@@ -242,22 +315,24 @@ def _task_section(task: Task, results: dict[str, list], repeats: int) -> str:
     steps_to_target: dict[str, list[float]] = {}
     for contender, logs in results.items():
         if not logs:
-            rows.append(f"| {contender} | not run (extra not installed) | | |")
+            rows.append(f"| {contender} | not run (extra not installed) | | | |")
             continue
         hits = [reached(log, task.target) for log in logs]
         ok = [h for h in hits if h is not None]
         steps_to_target[contender] = [float(s) for _, s in ok]
+        best = _summary([best_mean(log) for log in logs], ".2f")
         if ok:
             rows.append(f"| {contender} | {_summary([t for t, _ in ok], '.1f')} s | "
-                        f"{_summary([s for _, s in ok], ',.0f')} | {len(ok)}/{len(logs)} |")
+                        f"{_summary([s for _, s in ok], ',.0f')} | {len(ok)}/{len(logs)} | {best} |")
         else:
-            rows.append(f"| {contender} | not reached | | 0/{len(logs)} |")
+            rows.append(f"| {contender} | not reached | | 0/{len(logs)} | {best} |")
     lines = [f"#### {task.env_id}: target {task.target:g}, at most {task.max_steps:,} env steps", "",
-             "| contender | wall-clock to target | env steps to target | reached |", "|---|---:|---:|---:|", *rows]
-    a, b = steps_to_target.get("FastPPO (zoo)", []), steps_to_target.get("PPO (zoo)", [])
+             f"| contender | wall-clock to target | env steps to target | reached | best last-{WINDOW} mean |",
+             "|---|---:|---:|---:|---:|", *rows]
+    a, b = steps_to_target.get(f"FastPPO ({task.source})", []), steps_to_target.get(f"PPO ({task.source})", [])
     if len(a) >= 2 and len(b) >= 2:
         p = permutation_p([math.log(x) for x in a], [math.log(x) for x in b])
-        lines += ["", f"Equivalence at identical hyperparameters (FastPPO (zoo) vs PPO (zoo)): median env steps "
+        lines += ["", f"Equivalence at identical hyperparameters (FastPPO vs PPO, {task.source}): median env steps "
                       f"{statistics.median(a):,.0f} vs {statistics.median(b):,.0f}, ratio "
                       f"{statistics.median(a) / statistics.median(b):.2f}; exact two-sided permutation test on "
                       f"mean log(env steps): p = {p:.3f} ({len(a)} vs {len(b)} seeds)."]

@@ -35,3 +35,27 @@ def test_permutation_p():
     assert permutation_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
     # 5 vs 5 fully separated: only the observed split and its mirror are as extreme, 2 of C(10, 5) = 252
     assert permutation_p([1.0, 2, 3, 4, 5], [10.0, 11, 12, 13, 14]) == pytest.approx(2 / 252)
+
+
+def test_vector_judge_skips_reset_steps_and_logs_each_lane():
+    import numpy as np
+
+    from rl_speed.bench.race import VectorEpisodeJudge, best_mean
+    from rl_speed_envs import SnakeVectorEnv
+
+    EpisodeJudge.begin()
+    env = VectorEpisodeJudge(SnakeVectorEnv(num_envs=4, height=6, width=6, max_steps_without_food=5))
+    env.reset(seed=0)
+    raw_steps, resetting, returns = 0, np.zeros(4, bool), np.zeros(4)
+    finished = []
+    for _ in range(40):
+        _, rewards, terminated, truncated, _ = env.step(np.zeros(4, np.int64))
+        raw_steps += int((~resetting).sum())
+        returns += np.where(resetting, 0.0, rewards)
+        done = (terminated | truncated) & ~resetting
+        finished += list(returns[done])
+        returns[done] = 0.0
+        resetting = terminated | truncated
+    assert EpisodeJudge.steps == raw_steps  # NEXT_STEP reset steps are not counted
+    assert [r for _, _, r in EpisodeJudge.log] == pytest.approx(finished)
+    assert best_mean(EpisodeJudge.log[:WINDOW - 1]) == float("-inf")
