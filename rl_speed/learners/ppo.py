@@ -40,6 +40,13 @@ from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
 ADVANTAGES_TIME_KEY = "advantages_time_s"
 
 
+def to_device(x: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A column array as a tensor on the learner's device."""
+    with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
+
+
 class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
     """RLlib's PPOTorchLearner whose learner pipeline ends with VectorizedGAE."""
 
@@ -60,8 +67,8 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         if C.MODULE in columns:
             per_module = self.compute_multi_agent_advantages(columns)
         else:
-            per_module = {next(iter(self.module.keys())): self.compute_advantages(next(iter(self.module.keys())),
-                                                                                    columns)}
+            module_id = next(iter(self.module.keys()))
+            per_module = {module_id: self.compute_advantages(module_id, columns)}
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)  # one sync per call, so the timing below means something
         self.metrics.log_value((ALL_MODULES, ADVANTAGES_TIME_KEY), time.perf_counter() - start, window=1)
@@ -86,9 +93,7 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         device = self._device
 
         def tensor(x: np.ndarray) -> torch.Tensor:
-            with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
-                warnings.simplefilter("ignore", UserWarning)
-                return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
+            return to_device(x, device)
 
         module_ids = sorted(self.module.keys())  # the runner's indices refer to this order
         if len(module_ids) == 1:  # one module owns every lane (a shared policy): the single-module path, no gathers
@@ -137,9 +142,7 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         module = self.module[module_id].unwrapped()
 
         def tensor(x: np.ndarray) -> torch.Tensor:
-            with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
-                warnings.simplefilter("ignore", UserWarning)
-                return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
+            return to_device(x, device)
 
         obs = tree.map_structure(tensor, columns[C.OBS])  # [T + 1, N, ...]
         rewards = tensor(columns[C.REWARDS])
