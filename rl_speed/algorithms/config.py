@@ -163,6 +163,12 @@ def check_multi_agent(config: Any, name: str) -> None:
     if config._env_to_module_connector is not None:
         problems.append("`env_to_module_connector` pieces have no multi-agent columnar form; move the work into the "
                         "env or the RLModule")
+    if config.count_steps_by != "env_steps":
+        problems.append(f"`count_steps_by`={config.count_steps_by!r}: batches are counted in env steps here (a rollout "
+                        "is `rollout_fragment_length` env steps of every copy); use 'env_steps'")
+    if config.algorithm_config_overrides_per_module:
+        problems.append("`algorithm_config_overrides_per_module` is not applied to the columnar advantages (gamma, "
+                        "lambda) yet, so it is refused as a whole rather than half applied; set the keys on the config itself")
     if problems:
         config._value_error(f"{name} (multi-agent): " + "; ".join(problems) + ". Or use stock RLlib.")
     env = make_probe_env(config)

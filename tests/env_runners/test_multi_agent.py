@@ -154,6 +154,10 @@ def test_config_refuses_what_columns_cannot_hold(env, message):
 def test_config_refusals_name_the_key():
     with pytest.raises(ValueError, match="num_learners"):
         ma_config().learners(num_learners=2).validate()
+    with pytest.raises(ValueError, match="count_steps_by"):
+        ma_config(count_steps_by="agent_steps").validate()
+    with pytest.raises(ValueError, match="algorithm_config_overrides_per_module"):
+        ma_config(algorithm_config_overrides_per_module={"odd": {"lr": 1e-3}}).validate()
     with pytest.raises(ValueError, match="FastDQN does not train multi-agent"):
         (FastDQNConfig().environment(Countdown)
          .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")).validate()
