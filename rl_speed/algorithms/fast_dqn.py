@@ -44,7 +44,7 @@ from ray.rllib.utils.metrics import (
 
 from rl_speed import columns as C
 from rl_speed.algorithms.config import ColumnarConfigMixin, probe_spaces
-from rl_speed.algorithms.sampling import ColumnSampler, sync_weights_if_due
+from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
 from rl_speed.algorithms.telemetry import PhaseTimer
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.columns import num_steps
@@ -236,6 +236,7 @@ class FastDQN(DQN):
         with timer.phase("sample", ENV_RUNNER_SAMPLING_TIMER):
             samples = self._sampler.sample()
         self.metrics.aggregate([s.metrics for s in samples], key=ENV_RUNNER_RESULTS)
+        sync_connector_states(self, samples)
         sampled = 0
         with timer.phase("replay", REPLAY_BUFFER_ADD_DATA_TIMER):
             for worker_index, columns, *_ in samples:

@@ -2,8 +2,11 @@
 
 Same config keys, module and loss as RLlib's PPO; what changes is the data path of ``training_step``:
 
-    BatchedEnvRunner.sample_columns() on every runner -> [T, N] columns, joined along N
-    -> split along N into one shard per learner -> learner_group.update(batch / batches=...)
+    BatchedEnvRunner.sample_columns() on every runner -> [T, N] columns per runner
+    -> learner_group.update(): the local learner gets the runners' batches and joins them along N on its device;
+       learner actors each get references to an equal share of the runners' batches and fetch them themselves
+       (the driver never copies the data; where the runners do not divide evenly over the learners, the driver
+       joins the batches and splits them along N instead)
     -> FastPPOTorchLearner: values over [T + 1, N], GAE over [T, N] on the learner's device, num_epochs x minibatches
 
 No episode objects and no learner connector pipeline. Each iteration reports where its time went
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
 from ray.rllib.core import ALL_MODULES
@@ -34,9 +38,9 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_speed.algorithms.config import ColumnarConfigMixin
-from rl_speed.algorithms.sampling import ColumnSampler, sync_weights_if_due
+from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
 from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer
-from rl_speed.columns import concat_lanes, num_steps, split_lanes
+from rl_speed.columns import concat_lanes, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
 from rl_speed.modules.recurrent import RecurrentActorCritic
@@ -130,7 +134,7 @@ class FastPPO(PPO):
     @override(PPO)
     def setup(self, config: Any) -> None:
         super().setup(config)
-        self._sampler = ColumnSampler(self)
+        self._sampler = ColumnSampler(self, by_reference=not self.learner_group.is_local)
         self._timer = PhaseTimer(self, ("sample", "advantages", "learn", "sync_weights"))
 
     @override(PPO)
@@ -143,13 +147,10 @@ class FastPPO(PPO):
         if not samples:  # every runner failed this iteration; with restart_failed_env_runners RLlib restarts them
             return
         self.metrics.aggregate([s.metrics for s in samples], key=ENV_RUNNER_RESULTS)
-        columns = concat_lanes([s.columns for s in sorted(samples, key=lambda s: s.worker_index)])
-
+        sync_connector_states(self, samples)
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        num_learners = max(1, cfg.num_learners)
-        data = ({"batch": columns} if num_learners == 1
-                else {"batches": split_lanes(columns, num_learners)})
         with timer.phase("learn", LEARNER_UPDATE_TIMER):
+            data = self._training_data([s.columns for s in sorted(samples, key=lambda s: s.worker_index)])
             results = self.learner_group.update(
                 **data, minibatch_size=cfg.minibatch_size, num_epochs=cfg.num_epochs,
                 shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
@@ -160,8 +161,19 @@ class FastPPO(PPO):
 
         with timer.phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             sync_weights_if_due(self)
-        sampled = num_steps(columns)
+        sampled = sum(s.num_steps for s in samples)
         timer.report(sampled, cfg.num_epochs * max(1, -(-sampled // (cfg.minibatch_size or sampled))))
+
+    def _training_data(self, batches: list) -> dict:
+        """The runners' column batches (or references to them) as ``learner_group.update`` arguments (see the
+        module docstring)."""
+        group = self.learner_group
+        if group.is_local:
+            return {"batch": ray.get(batches) if isinstance(batches[0], ray.ObjectRef) else batches}
+        if isinstance(batches[0], ray.ObjectRef) and len(batches) % len(group) == 0:
+            return {"batch_refs": batches}  # RLlib hands each learner an equal, contiguous share of the references
+        columns = concat_lanes(ray.get(batches) if isinstance(batches[0], ray.ObjectRef) else batches)
+        return {"batches": split_lanes(columns, len(group))}
 
 
 def _peek(value: Any) -> float:

@@ -1,5 +1,6 @@
-"""Moving column batches between the env runners and the algorithm: gather them each iteration (:class:`ColumnSampler`)
-and push the learners' weights back on a schedule (:func:`sync_weights_if_due`).
+"""Moving column batches between the env runners and the algorithm: gather them each iteration (:class:`ColumnSampler`),
+merge the runners' connector states (:func:`sync_connector_states`) and push the learners' weights back on a schedule
+(:func:`sync_weights_if_due`).
 
 Each runner samples into its own arrays and returns them whole (:class:`RunnerBatch`); nothing is shared between
 runners, so there is no lock to contend for and no per-transition message.
@@ -10,7 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from rl_speed.columns import Columns
+import ray
+
+from ray.rllib.core import COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from rl_speed.columns import Columns, num_steps
 
 #: ColumnSampler's counters in the result dict, under ``SAMPLER_KEY`` (the seeds' collector monitoring).
 SAMPLER_KEY = "sampler"
@@ -20,13 +26,30 @@ class RunnerBatch(NamedTuple):
     """What one env runner hands over per call: whole ``[T, N]`` column arrays, never per-step messages."""
 
     worker_index: int
-    columns: Columns
+    columns: Columns | ray.ObjectRef  # a reference when the sampler is ``by_reference``
     metrics: dict
     weights_seq_no: int  # the weights the runner sampled with (RLlib's counter, raised by every sync)
+    num_steps: int  # valid transitions in ``columns``
+    connector_state: dict  # the runner's env-to-module / module-to-env connector states after this batch
+
+
+def _connector_state(runner: Any) -> dict:
+    return runner.get_state(components=[COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR])
 
 
 def _sample_runner(runner: Any) -> RunnerBatch:
-    return RunnerBatch(runner.worker_index, runner.sample_columns(), runner.get_metrics(), runner._weights_seq_no)
+    columns = runner.sample_columns()
+    return RunnerBatch(runner.worker_index, columns, runner.get_metrics(), runner._weights_seq_no, num_steps(columns),
+                       _connector_state(runner))
+
+
+def _sample_runner_by_reference(runner: Any) -> RunnerBatch:
+    """As :func:`_sample_runner`, but the columns stay in the object store (put by the runner, which owns them):
+    the algorithm passes the reference on to a learner actor, which reads them from there; the driver never
+    copies them."""
+    columns = runner.sample_columns()
+    return RunnerBatch(runner.worker_index, ray.put(columns), runner.get_metrics(), runner._weights_seq_no,
+                       num_steps(columns), _connector_state(runner))
 
 
 class ColumnSampler:
@@ -36,6 +59,10 @@ class ColumnSampler:
     over, so sampling overlaps the learner's update instead of waiting for it. The price: each batch was sampled with
     the weights from one sync earlier (the pushed weights queue behind the in-flight sample on each runner). PPO's
     importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so they stay correct.
+
+    ``by_reference=True`` (FastPPO with learner actors): remote runners hand over object references instead of
+    arrays (:func:`_sample_runner_by_reference`), so a batch goes from a runner to the learner that trains on it
+    without passing through the driver.
 
     ``streaming=True`` (FastDQN: a replay buffer takes batches in any order and number): instead of waiting for
     every runner, a call returns as soon as at least one batch is ready, and each runner that handed one over gets
@@ -52,9 +79,10 @@ class ColumnSampler:
 
     TAG = "rl_speed_columns"
 
-    def __init__(self, algo: Any, streaming: bool = False) -> None:
+    def __init__(self, algo: Any, streaming: bool = False, by_reference: bool = False) -> None:
         self.algo = algo
         self.streaming = streaming
+        self._sample_remote = _sample_runner_by_reference if by_reference else _sample_runner
         self._in_flight = 0
 
     def sample(self) -> list[RunnerBatch]:
@@ -84,7 +112,7 @@ class ColumnSampler:
         algo = self.algo
         if algo.env_runner_group.num_remote_env_runners() == 0:
             return [_sample_runner(algo.env_runner)]
-        return algo.env_runner_group.foreach_env_runner(_sample_runner, local_env_runner=False,
+        return algo.env_runner_group.foreach_env_runner(self._sample_remote, local_env_runner=False,
                                                         timeout_seconds=algo.config.sample_timeout_s)
 
     def _stream(self) -> list[RunnerBatch]:
@@ -92,13 +120,14 @@ class ColumnSampler:
         results: list = []
         deadline = time.monotonic() + (self.algo.config.sample_timeout_s or 60.0)
         while not results and time.monotonic() < deadline:
-            results += group.foreach_env_runner_async_fetch_ready(_sample_runner, tag=self.TAG, timeout_seconds=0.1)
+            results += group.foreach_env_runner_async_fetch_ready(self._sample_remote, tag=self.TAG,
+                                                                  timeout_seconds=0.1)
         self._in_flight = group.num_in_flight_async_reqs(tag=self.TAG)
         self._record(results, asked=len(results))
         return results
 
     def _launch(self) -> None:
-        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(_sample_runner, tag=self.TAG)
+        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(self._sample_remote, tag=self.TAG)
 
     def _record(self, results: list[RunnerBatch], asked: int) -> None:
         local = self.algo.env_runner  # every sync reaches the local runner too: its version is the newest pushed
@@ -110,6 +139,25 @@ class ColumnSampler:
         log((SAMPLER_KEY, "batches_stale_lifetime"), sum(lag > 0 for lag in lags), reduce="lifetime_sum")
         log((SAMPLER_KEY, "weights_lag_max"), max(lags, default=0), window=1)
         log((SAMPLER_KEY, "requests_in_flight"), self._in_flight, window=1)
+
+
+def sync_connector_states(algo: Any, results: list[RunnerBatch]) -> None:
+    """RLlib's merge and broadcast of the runners' connector states (e.g. a MeanStdFilter's statistics) and of the
+    sampled-steps counter, fed with the states the runners handed over with their batches.
+
+    ``Algorithm.step`` would do this after every iteration by asking every runner for its state, a call that queues
+    behind the sample a runner is busy with under async sampling, so each iteration would wait for the next batch.
+    Columnar configs switch that off (``_dont_auto_sync_env_runner_states``, as RLlib's IMPALA does) and call this
+    from their training step instead; the broadcast is fire-and-forget, as in RLlib.
+    """
+    if not results:
+        return
+    remote = algo.env_runner_group.num_remote_env_runners() > 0
+    algo.env_runner_group.sync_env_runner_states(
+        config=algo.config,
+        connector_states=[r.connector_state for r in results] if remote else None,
+        env_steps_sampled=algo.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0),
+        env_to_module=algo.env_to_module_connector, module_to_env=algo.module_to_env_connector)
 
 
 def sync_weights_if_due(algo: Any) -> None:

@@ -40,11 +40,25 @@ from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
 ADVANTAGES_TIME_KEY = "advantages_time_s"
 
 
-def to_device(x: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A column array as a tensor on the learner's device."""
+def to_device(x: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A column array as a tensor on the learner's device (tensors already joined there pass through)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
     with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True)
+
+
+def join_lanes_on_device(batches: list[dict], device: torch.device) -> dict:
+    """Several runners' column batches as one batch of tensors on ``device``, joined along the lane axis: each array
+    is copied to the device once and joined there (the host never builds the joined batch)."""
+    if len(batches) == 1:
+        return tree.map_structure(lambda x: to_device(x, device), batches[0])
+    lengths = {b[C.REWARDS].shape[0] for b in batches}
+    if len(lengths) != 1:
+        raise ValueError(f"FastPPO: runners returned different rollout lengths {sorted(lengths)}; every env runner "
+                         "must sample the same number of steps (same rollout_fragment_length).")
+    return tree.map_structure(lambda *xs: torch.cat([to_device(x, device) for x in xs], dim=1), *batches)
 
 
 class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
@@ -62,8 +76,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
     @override(UpdateLoopMixin)
-    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> list[LossRows]:
+    def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
         start = time.perf_counter()
+        columns = join_lanes_on_device(batches, self._device)
         if C.MODULE in columns:
             per_module = self.compute_multi_agent_advantages(columns)
         else:

@@ -5,8 +5,10 @@ counters and timers per minibatch. Here a call whose data is ready for the loss 
 batch becomes tensors on the learner's device once, each minibatch is a view (contiguous rows) or one gather (shuffled
 rows), and RLlib's bookkeeping is done once per call with the same totals. Two kinds of calls take it:
 
-* a column batch (``update(batch=columns)``, :mod:`rl_speed.columns`): the learner's :meth:`prepare_columns` turns it
-  into loss rows (FastPPO: values and GAE, then one row per step or per BPTT chunk);
+* column batches (:mod:`rl_speed.columns`): ``update(batch=columns)``, ``update(batch=[columns, ...])`` (several
+  runners' batches, joined along lanes by the learner) or ``update(batch_refs=[...])`` (references to runners'
+  batches, fetched by the learner actor itself): the learner's :meth:`prepare_columns` turns them into loss rows
+  (FastPPO: values and GAE, then one row per step or per BPTT chunk);
 * a prepared single-module batch (``update(batch=MultiAgentBatch(...), minibatch_size=B)``, FastDQN's replay
   samples).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import ray
 import torch
 import tree
 
@@ -40,6 +43,24 @@ from rl_speed.columns import MODULE, REWARDS, VALID
 
 def is_column_batch(batch: Any) -> bool:
     return isinstance(batch, dict) and VALID in batch and REWARDS in batch
+
+
+def column_batches(training_data: Any) -> list[dict] | None:
+    """The column batches of an update call (see the module docstring), or None if it brings something else.
+    References are fetched here, on the learner: zero-copy reads from the object store of its node."""
+    if training_data is None:
+        return None
+    if training_data.batch_refs is not None:
+        batches = ray.get(list(training_data.batch_refs))
+        if batches and all(is_column_batch(b) for b in batches):
+            return batches
+        return None  # RLlib's own batches: its path resolves the references again (cached)
+    batch = training_data.batch
+    if is_column_batch(batch):
+        return [batch]
+    if isinstance(batch, list) and batch and all(is_column_batch(b) for b in batch):
+        return batch
+    return None
 
 
 class LossRows(NamedTuple):
@@ -62,22 +83,22 @@ class UpdateLoopMixin:
     def update(self, *args: Any, training_data: Any = None, timesteps: dict | None = None, num_epochs: int = 1,
                minibatch_size: int | None = None, shuffle_batch_per_epoch: bool = False,
                num_total_minibatches: int = 0, **kwargs: Any) -> Any:
-        columns = training_data is not None and is_column_batch(training_data.batch)
-        if not columns and (args or num_total_minibatches or kwargs.get("_no_metrics_reduce")
+        columns = column_batches(training_data)
+        if columns is None and (args or num_total_minibatches or kwargs.get("_no_metrics_reduce")
                             or not self._is_prepared_batch(training_data, minibatch_size)):
             return super().update(  # type: ignore[misc]
                 *args, training_data=training_data, timesteps=timesteps, num_epochs=num_epochs,
                 minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch,
                 num_total_minibatches=num_total_minibatches, **kwargs)
         self._check_is_built()
-        if columns and len(self.module) != 1 and MODULE not in training_data.batch:
+        if columns and len(self.module) != 1 and MODULE not in columns[0]:
             raise ValueError(f"{type(self).__name__}: these columns have no `module` column, but the learner has "
                              f"{len(self.module)} modules; sample multi-agent envs with MultiAgentBatchedEnvRunner.")
         timesteps = timesteps or {}
         self.before_gradient_based_update(timesteps=timesteps)
         self._weights_seq_no += 1
         if columns:
-            per_module = self.prepare_columns(training_data.batch, minibatch_size)
+            per_module = self.prepare_columns(columns, minibatch_size)
         else:
             per_module = [self._prepared_rows(training_data, minibatch_size)]
         for rows in per_module:  # modules have their own optimizers and losses: one after the other
@@ -93,8 +114,9 @@ class UpdateLoopMixin:
         return (training_data is not None and training_data.batch is not None and training_data.episodes is None
                 and not training_data.data_iterators and bool(minibatch_size) and len(self.module) == 1)
 
-    def prepare_columns(self, columns: dict, minibatch_size: int | None) -> list[LossRows]:
-        """Column batch -> loss rows, one entry per module to train; learners that train on columns implement it."""
+    def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
+        """Column batches (joined along lanes) -> loss rows, one entry per module to train; learners that train on
+        columns implement it."""
         raise ValueError(f"{type(self).__name__} does not train on column batches; pass a prepared batch or "
                          "episodes.")
 

@@ -143,6 +143,25 @@ def test_mean_std_filter_normalizes_training_inputs_and_merges_across_runners(tm
         restored.stop()
 
 
+def test_mean_std_filter_merges_under_async_sampling_from_the_states_handed_over_with_the_batches():
+    # The training step merges the runners' filter states (RLlib's after-iteration sync is off: it would wait for
+    # runners busy sampling the next batch); the merged statistics go back to every runner.
+    config = _ppo("lopsided-pend", lambda env, spaces, device: MeanStdFilter(), num_env_runners=2)
+    algo = config.training(async_sampling=True).build_algo()
+    try:
+        assert algo.config._dont_auto_sync_env_runner_states
+        for _ in range(2):
+            algo.train()
+        merged = _filter_pushes(algo.env_runner.get_state())
+        assert merged >= 2 * 2 * 4 * 32  # both runners' statistics, two batches each
+        algo.train()
+        runner_pushes = algo.env_runner_group.foreach_env_runner(lambda r: _filter_pushes(r.get_state()),
+                                                                 local_env_runner=False)
+        assert all(p >= merged for p in runner_pushes)  # each runner started from the merged statistics
+    finally:
+        algo.stop()
+
+
 def test_mean_std_filter_statistics_reach_the_evaluation_runners():
     config = _ppo("lopsided-pend", lambda env, spaces, device: MeanStdFilter()).evaluation(
         evaluation_interval=1, evaluation_duration=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import ray
 import torch
 
 import rl_speed
@@ -16,6 +17,7 @@ from ray.rllib.core.columns import Columns as RLlibColumns  # noqa: E402
 from ray.rllib.evaluation.postprocessing import Postprocessing  # noqa: E402
 
 from rl_speed.algorithms.fast_ppo import PROFILE_KEY, FastPPOConfig  # noqa: E402
+from rl_speed.columns import concat_lanes  # noqa: E402
 
 
 def _config(**training) -> FastPPOConfig:
@@ -144,15 +146,42 @@ def test_weights_reach_runners_only_every_k_iterations(ray_session):
         algo.stop()
 
 
-def test_two_ddp_learners_get_one_lane_shard_each(ray_session):
-    algo = _config().learners(num_learners=2, num_cpus_per_learner=1).build_algo()
+@pytest.mark.parametrize("runners", [0, 2])  # 0: the driver splits the lanes; 2: each learner fetches a runner's
+def test_two_ddp_learners_get_one_lane_shard_each(ray_session, runners):
+    config = (_config().learners(num_learners=2, num_cpus_per_learner=0.5)
+              .env_runners(num_env_runners=runners, num_cpus_per_env_runner=0.5,
+                           num_envs_per_env_runner=8 if runners == 0 else 4))
+    algo = config.build_algo()
     try:
+        if runners:
+            batches = [s.columns for s in algo._sampler.sample()]
+            assert all(isinstance(b, ray.ObjectRef) for b in batches)  # the driver holds references only
+            assert algo._training_data(batches) == {"batch_refs": batches}
+            assert "batches" in algo._training_data(batches[:1] * 3)  # 3 runners' batches do not split over 2
         result = algo.train()
         assert 0.8 * 256 <= result["env_runners"]["num_env_steps_sampled_lifetime"] <= 256
+        trained = result["learners"]["__all_modules__"]["num_env_steps_trained"]
+        assert trained == result["env_runners"]["num_env_steps_sampled"] * 2  # 2 epochs over every sampled step
         weights = algo.learner_group.foreach_learner(
             lambda learner: {k: v.clone() for k, v in learner.module[DEFAULT_MODULE_ID].state_dict().items()})
         first, second = (w.get() if hasattr(w, "get") else w for w in weights)
         assert all(torch.equal(first[k], second[k]) for k in first)  # DDP kept the replicas identical
+    finally:
+        algo.stop()
+
+
+def test_runner_batches_joined_on_the_learner_equal_one_joined_batch(ray_session):
+    algo = _config().env_runners(num_envs_per_env_runner=4).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        first, second = algo.env_runner.sample_columns(), algo.env_runner.sample_columns()
+        apart, = learner.prepare_columns([first, second], minibatch_size=64)
+        joined, = learner.prepare_columns([concat_lanes([first, second])], minibatch_size=64)
+        assert apart.minibatch_rows == joined.minibatch_rows and apart.module_steps == joined.module_steps
+        for key in joined.batch:
+            torch.testing.assert_close(apart.batch[key], joined.batch[key])
+        with pytest.raises(ValueError, match="different rollout lengths"):
+            learner.prepare_columns([first, {k: v[:-1] for k, v in second.items()}], minibatch_size=64)
     finally:
         algo.stop()
 
