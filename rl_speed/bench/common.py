@@ -82,3 +82,38 @@ def agent_steps(result: dict, agents_per_lane_step: int = 1) -> float:
     if isinstance(per_agent, dict) and per_agent:
         return float(sum(per_agent.values()))
     return float(runners["num_env_steps_sampled_lifetime"]) * agents_per_lane_step
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (``taskset`` / cgroup affinity), which ``os.cpu_count()`` ignores."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
+    """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
+    (RLlib's agent-step keys, so a multi-agent env step counts its agents), each iteration's ``rl_speed_profile`` and
+    wall time, and the finite ``episode_return_mean`` values seen."""
+    import numpy as np
+
+    algo = config.build_algo()
+    try:
+        for _ in range(warmup):
+            result = algo.train()
+        start_steps = agent_steps(result)
+        start, returns, profiles, iteration_s = time.perf_counter(), [], [], []
+        while (now := time.perf_counter()) - start < seconds:
+            result = algo.train()
+            iteration_s.append(time.perf_counter() - now)
+            value = result["env_runners"].get("episode_return_mean")
+            if value is not None and np.isfinite(value):
+                returns.append(float(value))
+            profiles.append(result.get("rl_speed_profile", {}))
+        elapsed = time.perf_counter() - start
+        steps = agent_steps(result) - start_steps
+        return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "iteration_s": iteration_s,
+                "iterations": len(profiles)}
+    finally:
+        algo.stop()

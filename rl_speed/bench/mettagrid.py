@@ -1,12 +1,10 @@
-"""MettaGrid on a GPU box: the GPU preset (``tuned_examples/mettagrid_ppo_gpu.yaml``) end to end, its learner on one
-GPU vs two (DDP), and stock PPO through mettagrid's PettingZoo form on the same box, with the same module.
+"""MettaGrid on a GPU box: the GPU preset (``tuned_examples/mettagrid_ppo_gpu.yaml``) end to end on one GPU, and stock
+PPO through mettagrid's PettingZoo form on the same box, with the same module (learners on several GPUs:
+:mod:`rl_speed.bench.learner_scaling`).
 
 * FastPPO: the preset as written (15 runners x 24 simulations x 24 agents, async sampling, batch 259,200, minibatch
   32,400, 1 epoch, TokenActorCritic on one GPU learner); agent steps/s over ``seconds`` after two warm-up iterations,
   the iteration profile, and the mean return per agent-episode against random play in the same arena.
-* Learner scaling: the preset with ``num_learners: 2`` (one GPU each), compared by the learner's own rate
-  (train-batch steps / the iteration's ``learn`` + ``advantages`` seconds, from ``rl_speed_profile``), since end to
-  end the 15 runners may bound both.
 * Stock PPO: RLlib's PPO with the PettingZoo form (``rl_speed.multi_agent.MettaGridMultiAgentEnv``, one simulation
   per env, per-agent dicts), one shared policy of the same TokenActorCritic, batches counted in agent steps
   (``count_steps_by: agent_steps``) so they are the preset's 259,200 agent steps, 15 runners.
@@ -16,14 +14,13 @@ Run on the device with ``rl-speed bench mettagrid --device cuda`` (the [mettagri
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import agent_steps, machine
+from rl_speed.bench.common import machine, timed_run, usable_cpus
 
 PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
 
@@ -53,28 +50,6 @@ def random_return(env_config: dict, episodes: int = 200) -> float:
     return float(np.mean(returns))
 
 
-def _run(config: Any, seconds: float) -> dict:
-    """Agent steps/s over ``seconds`` after two warm-up iterations (RLlib's agent-step keys, so a multi-agent env
-    step counts its agents); the profiles; the returns seen."""
-    algo = config.build_algo()
-    try:
-        for _ in range(2):
-            result = algo.train()
-        start_steps = agent_steps(result)
-        start, returns, profiles = time.perf_counter(), [], []
-        while time.perf_counter() - start < seconds:
-            result = algo.train()
-            value = result["env_runners"].get("episode_return_mean")
-            if value is not None and np.isfinite(value):
-                returns.append(float(value))
-            profiles.append(result.get("rl_speed_profile", {}))
-        elapsed = time.perf_counter() - start
-        steps = agent_steps(result) - start_steps
-        return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "iterations": len(profiles)}
-    finally:
-        algo.stop()
-
-
 def _phases(run: dict) -> dict:
     """The last iteration's phase seconds (``rl_speed_profile``), rounded."""
     return {k[:-2]: round(float(v), 3) for k, v in run["profiles"][-1].items() if k.endswith("_s")}
@@ -98,8 +73,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     from rl_speed.modules.tokens import TokenActorCritic
 
     rl_speed.register()
-    gpus = 2 if device == "cuda" else 0
-    ray.init(address="local", num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    gpus = 1 if device == "cuda" else 0
+    ray.init(address="local", num_cpus=usable_cpus(), num_gpus=gpus, include_dashboard=False, log_to_driver=False)
     preset = _preset()
     if runners is not None:  # smaller machines: fewer runners, the same per-runner size
         batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
@@ -112,16 +87,11 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     rows, notes = [], []
     try:
         baseline = random_return(env_config)
-        one = _run(preset.copy(copy_frozen=False), seconds)
+        one = timed_run(preset.copy(copy_frozen=False), seconds)
         rows.append(("FastPPO, 1 GPU learner", one["rate"], _learner_rate(one, batch)))
         notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run "
                      f"{[round(r, 1) for r in one['returns']]} (random play {baseline:.2f}); last iteration's phases "
                      f"{_phases(one)}")
-        if device == "cuda" and gpus >= 2:
-            two = _run(preset.copy(copy_frozen=False).learners(num_learners=2, num_gpus_per_learner=1),
-                       seconds / 2)
-            rows.append(("FastPPO, 2 GPU learners (DDP)", two["rate"], _learner_rate(two, batch)))
-            notes.append(f"FastPPO 2 learners: last iteration's phases {_phases(two)}")
         module = RLModuleSpec(module_class=TokenActorCritic, model_config=dict(preset.model_config))
         stock = (PPOConfig().environment("rl_speed/MettaGrid-v0", env_config=env_config)
                  .env_runners(num_env_runners=preset.num_env_runners, num_envs_per_env_runner=1)
@@ -133,7 +103,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
                            lambda_=preset.lambda_, entropy_coeff=preset.entropy_coeff)
                  .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
         agents = env_config.get("num_agents", 24)
-        base = _run(stock, stock_seconds)
+        base = timed_run(stock, stock_seconds)
         rows.append(("stock PPO, PettingZoo form", base["rate"], float("nan")))
     finally:
         ray.shutdown()
@@ -143,9 +113,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
         "### MettaGrid GPU preset: FastPPO (vector form) vs stock PPO (PettingZoo form), agent steps/s",
         "",
         f"Command: `rl-speed bench mettagrid --device {device}` · machine: {machine()} · date: "
-        f"{time.strftime('%Y-%m-%d')} · CPUs: {os.cpu_count()} · preset `{PRESET.name}` ({preset.num_env_runners} "
+        f"{time.strftime('%Y-%m-%d')} · CPUs usable: {usable_cpus()} · preset `{PRESET.name}` ({preset.num_env_runners} "
         f"runners x {preset.num_envs_per_env_runner} lanes, batch {batch:,}, minibatch {preset.minibatch_size:,}), "
-        f"{agents} agents per simulation; FastPPO measured over {seconds:.0f} s ({seconds / 2:.0f} s with 2 learners), "
+        f"{agents} agents per simulation; FastPPO measured over {seconds:.0f} s, "
         f"stock over {stock_seconds:.0f} s, each after two warm-up iterations. Learner rate: batch / (learn + "
         "advantages seconds) per iteration, median.",
         "",

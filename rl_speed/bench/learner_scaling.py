@@ -1,0 +1,131 @@
+"""Learner scaling over the GPUs of one host: FastPPO's GPU presets with ``num_learners`` 1, 2, 4, 8 (DDP, one GPU
+each) and the same runners, so the same train batch per iteration split over more learners (strong scaling).
+
+Presets: MettaGrid (``tuned_examples/mettagrid_ppo_gpu.yaml``, when the ``[mettagrid]`` extra is installed) and the
+grid arena (``tuned_examples/grid_ppo_gpu.yaml``). Every row uses the host's cores for env runners (all but the
+learners' and the driver's, rounded down to a multiple of the largest learner count), each runner as in the preset,
+so the batch is ``runners x lanes x rollout_fragment_length``; ``minibatch_size`` stays the preset's (per learner,
+as in RLlib). Learner counts go up to the host's GPUs.
+
+Per row, over ``seconds`` after the warm-up iterations: agent steps/s end to end; the learner's time per iteration
+(``learn`` + ``advantages`` of ``rl_speed_profile``, median) and its share of the iteration; the learner rate (batch /
+learner time); scaling efficiency against one learner, ``rate(k) / (k x rate(1))``, of the learner rate and end to
+end. Where the learner share is small, the runners (or the driver) bound the run, and the end-to-end efficiency says
+nothing about the learners: the table says which.
+
+Run on the device with ``rl-speed bench learner-scaling --device cuda``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl_speed.bench.common import machine, timed_run, usable_cpus
+
+TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
+PRESETS = {"MettaGrid": TUNED / "mettagrid_ppo_gpu.yaml", "grid arena": TUNED / "grid_ppo_gpu.yaml"}
+
+
+def _load(path: Path) -> Any:
+    from rl_speed.cli.experiment_file import load_experiments
+
+    (experiment,) = load_experiments(path)
+    return experiment.config.copy(copy_frozen=False)
+
+
+def _scaled(preset: Any, runners: int, learners: int, device: str) -> Any:
+    batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
+    config = preset.copy(copy_frozen=False)
+    config.env_runners(num_env_runners=runners).training(
+        train_batch_size_per_learner=batch // learners,
+        minibatch_size=min(preset.minibatch_size, batch // learners))
+    if device == "cuda":
+        return config.learners(num_learners=learners, num_gpus_per_learner=1)
+    return config.learners(num_learners=learners, num_gpus_per_learner=0,
+                           num_cpus_per_learner=1).framework(torch_compile_learner=False)
+
+
+def _learner_seconds(run: dict) -> float:
+    times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
+    return float(np.median(times)) if times else float("nan")
+
+
+def learner_counts(gpus: int) -> list[int]:
+    """1, 2, 4, 8, ... up to ``gpus``."""
+    return [k for k in (1, 2, 4, 8) if k <= max(1, gpus)]
+
+
+def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: int = 3,
+        presets: tuple[str, ...] | None = None, runners: int | None = None) -> str:
+    import ray
+
+    import rl_speed
+    from rl_speed.registry import check_env_installed
+
+    rl_speed.register()
+    gpus = 0
+    if device == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    counts = learner_counts(gpus if device == "cuda" else 2)
+    cpus = usable_cpus()
+    if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count
+        runners = max(counts[-1], (cpus - counts[-1] - 1) // counts[-1] * counts[-1])
+    names, skipped = [], []
+    for name in presets or PRESETS:
+        try:
+            check_env_installed(_load(PRESETS[name]).env)
+            names.append(name)
+        except ImportError as e:
+            skipped.append(f"{name} not run: {e}")
+    ray.init(address="local", num_cpus=max(cpus, runners + counts[-1] + 1), num_gpus=gpus, include_dashboard=False,
+             log_to_driver=False)
+    sections = []
+    try:
+        for name in names:
+            preset = _load(PRESETS[name])
+            batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
+            rows, base = [], None
+            for k in counts:
+                try:
+                    result = timed_run(_scaled(preset, runners, k, device), seconds, warmup)
+                except Exception as e:  # report, do not hide, a configuration that fails on this host
+                    rows.append(f"| {k} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |")
+                    continue
+                learner_s = _learner_seconds(result)
+                iteration_s = float(np.median(result["iteration_s"]))
+                learner_rate = batch / learner_s
+                base = base or (learner_rate, result["rate"])
+                rows.append(f"| {k} | {result['rate']:,.0f} | {learner_s:.3f} s of {iteration_s:.3f} s "
+                            f"({learner_s / iteration_s:.0%}) | {learner_rate:,.0f} | "
+                            f"{learner_rate / (k * base[0]):.0%} | {result['rate'] / (k * base[1]):.0%} | "
+                            f"{result['iterations']} |")
+            sections += [
+                f"#### {name}: `{PRESETS[name].name}`, {runners} runners x {preset.num_envs_per_env_runner} lanes x "
+                f"{preset.rollout_fragment_length} steps = {batch:,} agent steps per iteration, minibatch "
+                f"{preset.minibatch_size:,} per learner",
+                "",
+                "| learners | agent steps/s end to end | learner time per iteration (share) | learner steps/s "
+                "| learner efficiency | end-to-end efficiency | iterations |",
+                "|---:|---:|---|---:|---:|---:|---:|",
+                *rows,
+                "",
+            ]
+    finally:
+        ray.shutdown()
+    return "\n".join([
+        "### Learner scaling over GPUs of one host (FastPPO GPU presets, DDP)",
+        "",
+        f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
+        f"CPUs usable: {cpus} · date: {time.strftime('%Y-%m-%d')} · each row over {seconds:.0f} s after {warmup} "
+        "warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = "
+        "rate(k) / (k x rate(1)).",
+        "",
+        *sections,
+        *[f"- {note}" for note in skipped],
+    ])
