@@ -1,4 +1,4 @@
-"""TokenActorCritic: shapes, and that cutting the empty token slots is exact."""
+"""TokenActorCritic: shapes, that cutting the empty token slots is exact, and the tables' gradients."""
 
 from __future__ import annotations
 
@@ -46,3 +46,22 @@ def test_rejects_other_spaces():
     with pytest.raises(ValueError, match="uint8 tokens"):
         TokenActorCritic(observation_space=gym.spaces.Box(0, 1, (4,), np.float32),
                          action_space=gym.spaces.Discrete(2))
+
+
+def test_table_gradients_equal_embedding_bags_own():
+    # The tables' gradients come from one index_add_ per table; they must equal embedding_bag's own backward.
+    from rl_speed.modules.tokens import _TokenBagSum
+
+    torch.manual_seed(0)
+    weight = torch.randn(300, 8, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 300, (6 * 5,))
+    index[:10] = 7  # heavy repetition, as in real batches
+    scale = torch.rand(6 * 5, dtype=torch.float64)
+    upstream = torch.randn(6, 8, dtype=torch.float64)
+    ours = _TokenBagSum.apply(weight, index, scale, 5)
+    (grad_ours,) = torch.autograd.grad((ours * upstream).sum(), weight)
+    reference = torch.nn.functional.embedding_bag(index, weight, torch.arange(0, 30, 5), mode="sum",
+                                                  per_sample_weights=scale)
+    (grad_reference,) = torch.autograd.grad((reference * upstream).sum(), weight)
+    torch.testing.assert_close(ours, reference)
+    torch.testing.assert_close(grad_ours, grad_reference)
