@@ -34,8 +34,6 @@ class ColumnarConfigMixin:
 
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
     supports_cuda_graph: bool = False
-    #: Whether the algorithm trains on multi-agent columns (MultiAgentBatchedEnvRunner); set by the algorithm's config.
-    supports_multi_agent: bool = False
 
     @override(AlgorithmConfig)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -150,9 +148,6 @@ def check_multi_agent(config: Any, name: str) -> None:
                                 "call `config.multi_agent(policies={...}, policy_mapping_fn=...)` (one shared "
                                 "policy: `policies={'shared'}, policy_mapping_fn=lambda aid, ep, **kw: 'shared'`).")
         return
-    if not config.supports_multi_agent:
-        config._value_error(f"{name} does not train multi-agent envs yet (`config.multi_agent(...)` is set); use "
-                            "FastPPO, or stock RLlib's algorithm for this env.")
     if config.env_runner_cls is BatchedEnvRunner:
         config.env_runner_cls = MultiAgentBatchedEnvRunner
     if not issubclass(config.env_runner_cls, MultiAgentBatchedEnvRunner):

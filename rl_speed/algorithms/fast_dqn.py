@@ -12,6 +12,14 @@ DQN. Each iteration reports where its time went (``rl_speed_profile``: sample, r
 :mod:`rl_speed.algorithms.telemetry`). Evaluation is RLlib's own. Difference from stock DQN (stated, not hidden):
 the k minibatches of one iteration are drawn together, so the later ones do not see priority changes from the
 earlier ones of the same iteration.
+
+Multi-agent (``config.multi_agent(...)``, envs whose agents act together; see
+:class:`rl_speed.env_runners.multi_agent.MultiAgentBatchedEnvRunner`): one replay buffer per module. Every buffer
+spans all agent lanes, and a step is a transition in module m's buffer where m acted for that lane (the ``module``
+column), so n-step windows never leave an agent's episode. ``capacity`` keeps its meaning per module, in slots over
+all lanes: each module's buffer holds the last ``capacity / lanes`` steps of every lane (memory grows with the number
+of modules). Each update trains every module to train (``policies_to_train``) on ``train_batch_size`` rows of its own
+buffer, in one learner call; the replay ratio counts env steps, as stock DQN does by default.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_speed import columns as C
-from rl_speed.algorithms.config import ColumnarConfigMixin, probe_spaces
+from rl_speed.algorithms.config import ColumnarConfigMixin, make_probe_env, probe_spaces
 from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
 from rl_speed.algorithms.telemetry import PhaseTimer
 from rl_speed.buffers import BatchedReplayBuffer
@@ -206,18 +214,31 @@ class FastDQN(DQN):
 
     @override(DQN)
     def setup(self, config: Any) -> None:
-        _, action_space = probe_spaces(config)  # checked before RLlib builds modules that would fail obscurely
+        if config.is_multi_agent:
+            env = make_probe_env(config)
+            try:
+                agents, spaces = len(env.possible_agents), env.get_action_space(env.possible_agents[0])
+            finally:
+                env.close()
+            action_space = config.action_space or spaces
+        else:
+            agents, (_, action_space) = 1, probe_spaces(config)
+        # checked before RLlib builds modules that would fail obscurely
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"FastDQN needs a Discrete action space; {config.env!r} has {action_space}. "
                              "Use PPO/FastPPO or SAC for continuous actions.")
         super().setup(config)
         cfg = self.config
-        self._lanes_per_runner = cfg.num_envs_per_env_runner
+        self._agents = agents
+        self._lanes_per_runner = cfg.num_envs_per_env_runner * agents
         rb = cfg.replay_buffer_config
-        self._buffer = BatchedReplayBuffer(
+        module_ids = sorted(cfg.policies) if cfg.is_multi_agent else [DEFAULT_MODULE_ID]
+        self._module_ids = module_ids  # the multi-agent runner's `module` column indexes this order
+        self._buffers = {module_id: BatchedReplayBuffer(
             capacity=rb["capacity"], num_lanes=max(1, cfg.num_env_runners) * self._lanes_per_runner,
-            prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4), seed=cfg.seed,
-            device=rb.get("storage_device"))
+            prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4),
+            seed=None if cfg.seed is None else cfg.seed + k, device=rb.get("storage_device"))
+            for k, module_id in enumerate(module_ids)}
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations
         self._sampler = ColumnSampler(self, streaming=True)  # replay takes batches as they come
         self._ratio_iteration, self._ratio_counts = -1, [0, 0]  # samples trained / env steps, this iteration
@@ -226,7 +247,15 @@ class FastDQN(DQN):
 
     @property
     def replay_buffer(self) -> BatchedReplayBuffer:
-        return self._buffer
+        """The replay buffer (single-agent; multi-agent configs have one per module: :attr:`replay_buffers`)."""
+        if len(self._buffers) != 1:
+            raise AttributeError("FastDQN: a multi-agent config has one replay buffer per module; use "
+                                 "`replay_buffers[module_id]`.")
+        return next(iter(self._buffers.values()))
+
+    @property
+    def replay_buffers(self) -> dict[str, BatchedReplayBuffer]:
+        return self._buffers
 
     @override(DQN)
     def training_step(self) -> None:
@@ -240,11 +269,8 @@ class FastDQN(DQN):
         sampled = 0
         with timer.phase("replay", REPLAY_BUFFER_ADD_DATA_TIMER):
             for worker_index, columns, *_ in samples:
-                lane = max(0, worker_index - 1) * self._lanes_per_runner
-                # obs with T + 1 rows and no next_obs: the buffer shares each frame between a step and the one before
-                self._buffer.add_batch({**{key: columns[key] for key in C.REQUIRED},
-                                        C.OBS: self._buffer_obs(columns[C.OBS])}, lane_start=lane)
-                sampled += num_steps(columns)
+                self._add(columns, lane_start=max(0, worker_index - 1) * self._lanes_per_runner)
+                sampled += self._env_steps(columns)
 
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
         batch_size = cfg.total_train_batch_size
@@ -254,7 +280,11 @@ class FastDQN(DQN):
         learning = lifetime >= cfg.num_steps_sampled_before_learning_starts and num_updates > 0
         if learning:
             self._learn(num_updates, batch_size, lifetime)
-        self.metrics.log_dict(self._buffer.get_metrics(), key="replay_buffer", window=1)
+        if len(self._buffers) == 1:
+            self.metrics.log_dict(self.replay_buffer.get_metrics(), key="replay_buffer", window=1)
+        else:
+            for module_id, buffer in self._buffers.items():
+                self.metrics.log_dict(buffer.get_metrics(), key=("replay_buffer", module_id), window=1)
         if self._ratio_iteration != self.iteration:  # a train() call runs several training steps: sum over all
             self._ratio_iteration, self._ratio_counts = self.iteration, [0, 0]
         self._ratio_counts[0] += num_updates * batch_size if learning else 0
@@ -265,14 +295,35 @@ class FastDQN(DQN):
 
         with timer.phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             sync_weights_if_due(self)
-        timer.report(sampled, num_updates if learning else 0, replay_size=len(self._buffer))
+        timer.report(sampled, num_updates if learning else 0, replay_size=sum(map(len, self._buffers.values())))
+
+    def _add(self, columns: dict, lane_start: int) -> None:
+        """One runner's columns into the replay buffer(s): obs with T + 1 rows and no next_obs (the buffer shares
+        each frame between a step and the one before); multi-agent columns go to every module's buffer, valid where
+        that module acted."""
+        batch = {**{key: columns[key] for key in C.REQUIRED}, C.OBS: self._buffer_obs(columns[C.OBS])}
+        if len(self._buffers) == 1 and C.MODULE not in columns:
+            self.replay_buffer.add_batch(batch, lane_start=lane_start)
+            return
+        acted = columns[C.MODULE][:-1]
+        for index, module_id in enumerate(self._module_ids):
+            self._buffers[module_id].add_batch({**batch, C.VALID: columns[C.VALID] & (acted == index)},
+                                               lane_start=lane_start)
+
+    def _env_steps(self, columns: dict) -> int:
+        """Env steps in a runner's columns: valid steps, or for multi-agent columns the steps in which any agent of
+        a copy acted."""
+        if self._agents == 1:
+            return num_steps(columns)
+        valid = columns[C.VALID]
+        return int(valid.reshape(valid.shape[0], -1, self._agents).any(axis=2).sum())
 
     def _buffer_obs(self, obs: Any) -> np.ndarray:
         """Dict / Tuple observations are stored as one structured array (a field per leaf, each in its own dtype:
         uint8 stays uint8) and unpacked after sampling; arrays are stored as they are."""
         if isinstance(obs, np.ndarray):
             return obs
-        if self._buffer.device is not None:
+        if next(iter(self._buffers.values())).device is not None:
             raise ValueError("FastDQN: `replay_buffer_config.storage_device` keeps observations as torch tensors, "
                              "which cannot hold Dict / Tuple observations; drop `storage_device` or flatten the "
                              "observations (env_to_module_connector=lambda env, spaces, device: "
@@ -297,40 +348,61 @@ class FastDQN(DQN):
     def _learn(self, num_updates: int, batch_size: int, lifetime: int) -> None:
         cfg = self.config
         timer = self._timer
+        samples, trains = {}, {}
         with timer.phase("replay", REPLAY_BUFFER_SAMPLE_TIMER):
-            sample = self._buffer.sample(num_updates * batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
-                                         beta=cfg.replay_buffer_config.get("beta"))
-        train = SampleBatch({
-            "obs": self._unpack_obs(sample["obs"]), "new_obs": self._unpack_obs(sample["next_obs"]),
-            "actions": sample["actions"],
-            "rewards": sample["rewards"], "terminateds": sample["terminateds"],
-            "n_step": sample["n_step"].astype(np.float32), "weights": sample["weights"],
-        })
+            for module_id, buffer in self._buffers.items():
+                if not len(buffer) or not self._trains(module_id):
+                    continue
+                sample = buffer.sample(num_updates * batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
+                                       beta=cfg.replay_buffer_config.get("beta"))
+                samples[module_id] = sample
+                trains[module_id] = SampleBatch({
+                    "obs": self._unpack_obs(sample["obs"]), "new_obs": self._unpack_obs(sample["next_obs"]),
+                    "actions": sample["actions"],
+                    "rewards": sample["rewards"], "terminateds": sample["terminateds"],
+                    "n_step": sample["n_step"].astype(np.float32), "weights": sample["weights"],
+                })
+        if not trains:
+            return
         with timer.phase("learn", LEARNER_UPDATE_TIMER):
             results = self.learner_group.update(
                 # Each minibatch inherits the batch's env_steps for RLlib's "trained" counters: give it one
                 # minibatch's worth, so k minibatches count k * B replayed steps, not k * k * B.
-                batch=MultiAgentBatch({DEFAULT_MODULE_ID: train}, env_steps=batch_size),
+                batch=MultiAgentBatch(trains, env_steps=batch_size),
                 minibatch_size=batch_size, num_epochs=1, shuffle_batch_per_epoch=False,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime},
             )
-            td_errors = [np.asarray(r[DEFAULT_MODULE_ID].pop(TD_ERROR_KEY).peek()).reshape(-1)
-                         for r in results if TD_ERROR_KEY in r.get(DEFAULT_MODULE_ID, {})]
+            td_errors = {module_id: [np.asarray(r[module_id].pop(TD_ERROR_KEY).peek()).reshape(-1)
+                                     for r in results if TD_ERROR_KEY in r.get(module_id, {})]
+                         for module_id in trains}
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
         self.metrics.log_value("num_learner_updates_lifetime", num_updates, reduce="lifetime_sum",
                                with_throughput=True)
-        if cfg.prioritized and td_errors:
+        if cfg.prioritized:
             with timer.phase("replay", REPLAY_BUFFER_UPDATE_PRIOS_TIMER):
-                td = np.concatenate(td_errors)
-                if len(td) != len(sample["indices"]):
-                    raise RuntimeError(f"FastDQN: got {len(td)} TD errors for {len(sample['indices'])} samples.")
-                self._buffer.update_priorities(sample["indices"], np.abs(td))
+                for module_id, errors in td_errors.items():
+                    if not errors:
+                        continue
+                    td, indices = np.concatenate(errors), samples[module_id]["indices"]
+                    if len(td) != len(indices):
+                        raise RuntimeError(f"FastDQN: got {len(td)} TD errors for {len(indices)} samples of "
+                                           f"module {module_id!r}.")
+                    self._buffers[module_id].update_priorities(indices, np.abs(td))
+
+    def _trains(self, module_id: str) -> bool:
+        """``policies_to_train``: whether the learners update this module."""
+        should = self.config.policies_to_train
+        if should is None:
+            return True
+        return should(module_id, None) if callable(should) else module_id in should
 
     @override(DQN)
     def get_state(self, *args: Any, **kwargs: Any) -> dict:
         state = super().get_state(*args, **kwargs)
-        if self.config.store_buffer_in_checkpoints:
-            state["rl_speed_replay_buffer"] = self._buffer.get_state()
+        if self.config.store_buffer_in_checkpoints and len(self._buffers) == 1:
+            state["rl_speed_replay_buffer"] = self.replay_buffer.get_state()
+        elif self.config.store_buffer_in_checkpoints:
+            state["rl_speed_replay_buffers"] = {m: b.get_state() for m, b in self._buffers.items()}
         state["rl_speed_update_credit"] = self._update_credit
         return state
 
@@ -338,6 +410,8 @@ class FastDQN(DQN):
     def set_state(self, state: dict) -> None:
         super().set_state(state)
         if "rl_speed_replay_buffer" in state:
-            self._buffer.set_state(state["rl_speed_replay_buffer"])
+            self.replay_buffer.set_state(state["rl_speed_replay_buffer"])
+        for module_id, buffer_state in state.get("rl_speed_replay_buffers", {}).items():
+            self._buffers[module_id].set_state(buffer_state)
         self._update_credit = state.get("rl_speed_update_credit", self._update_credit)
 

@@ -54,7 +54,6 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner (FastPPOTorchLearner: PPO's loss
     on column batches, fused gradient clip + finiteness check)."""
 
-    supports_multi_agent = True  # feed-forward modules on one learner (see rl_speed.algorithms.config.check_multi_agent)
 
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:

@@ -9,8 +9,8 @@ rows), and RLlib's bookkeeping is done once per call with the same totals. Two k
   runners' batches, joined along lanes by the learner) or ``update(batch_refs=[...])`` (references to runners'
   batches, fetched by the learner actor itself): the learner's :meth:`prepare_columns` turns them into loss rows
   (FastPPO: values and GAE, then one row per step or per BPTT chunk);
-* a prepared single-module batch (``update(batch=MultiAgentBatch(...), minibatch_size=B)``, FastDQN's replay
-  samples).
+* a prepared batch (``update(batch=MultiAgentBatch(...), minibatch_size=B)``, FastDQN's replay samples: each
+  module's rows, B of them per minibatch).
 
 Multi-agent columns (a ``module`` column) give one set of loss rows per module to train, each run through the loop
 in turn (each module has its own optimizer). Everything else (episodes, data iterators, several modules without
@@ -100,7 +100,7 @@ class UpdateLoopMixin:
         if columns:
             per_module = self.prepare_columns(columns, minibatch_size)
         else:
-            per_module = [self._prepared_rows(training_data, minibatch_size)]
+            per_module = self._prepared_rows(training_data, minibatch_size)
         for rows in per_module:  # modules have their own optimizers and losses: one after the other
             losses = self.run_minibatches(rows.module_id, rows.batch, rows.minibatch_rows, num_epochs=num_epochs,
                                           shuffle=shuffle_batch_per_epoch)
@@ -112,7 +112,7 @@ class UpdateLoopMixin:
 
     def _is_prepared_batch(self, training_data: Any, minibatch_size: int | None) -> bool:
         return (training_data is not None and training_data.batch is not None and training_data.episodes is None
-                and not training_data.data_iterators and bool(minibatch_size) and len(self.module) == 1)
+                and not training_data.data_iterators and bool(minibatch_size))
 
     def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
         """Column batches (joined along lanes) -> loss rows, one entry per module to train; learners that train on
@@ -120,14 +120,18 @@ class UpdateLoopMixin:
         raise ValueError(f"{type(self).__name__} does not train on column batches; pass a prepared batch or "
                          "episodes.")
 
-    def _prepared_rows(self, training_data: Any, minibatch_size: int) -> LossRows:
+    def _prepared_rows(self, training_data: Any, minibatch_size: int) -> list[LossRows]:
         training_data.validate()
         training_data.solve_refs()
         batch = self._make_batch_if_necessary(training_data=training_data)  # tensors on the learner's device
-        (module_id, module_batch), = batch.policy_batches.items()
-        rows = len(module_batch)
-        return LossRows(module_id, dict(module_batch), minibatch_size, rows,
-                        -(-rows // minibatch_size) * batch.env_steps())
+        out = []
+        for module_id, module_batch in batch.policy_batches.items():
+            if module_id not in self.module or not self.should_module_be_updated(module_id):
+                continue
+            rows = len(module_batch)
+            out.append(LossRows(module_id, dict(module_batch), minibatch_size, rows,
+                                -(-rows // minibatch_size) * batch.env_steps()))
+        return out
 
     def run_minibatches(self, module_id: str, batch: dict, minibatch_rows: int, *, num_epochs: int = 1,
                         shuffle: bool = False) -> dict:

@@ -158,8 +158,8 @@ def test_config_refusals_name_the_key():
         ma_config(count_steps_by="agent_steps").validate()
     with pytest.raises(ValueError, match="algorithm_config_overrides_per_module"):
         ma_config(algorithm_config_overrides_per_module={"odd": {"lr": 1e-3}}).validate()
-    with pytest.raises(ValueError, match="FastDQN does not train multi-agent"):
-        (FastDQNConfig().environment(Countdown)
+    with pytest.raises(ValueError, match=r"FastDQN \(multi-agent\): `num_learners`=2"):
+        (FastDQNConfig().environment(Countdown).learners(num_learners=2)
          .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")).validate()
     with pytest.raises(ValueError, match=r"is a MultiAgentEnv, but the config is single-agent"):
         FastPPOConfig().environment(Countdown).validate()
