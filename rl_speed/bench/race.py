@@ -16,11 +16,23 @@ so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 st
 * ``SB3 PPO (zoo)``: Stable-Baselines3 (the ``[bench]`` extra) with the same hyperparameters; skipped when not
   installed. rl-zoo's Acrobot entry also normalizes observations (VecNormalize); no contender does that here.
 
+DQN contenders, on the tasks with rl-zoo DQN hyperparameters (CartPole-v1, Acrobot-v1; rl-zoo gives both the same
+settings: lr 2.5e-4, batch 512, buffer 100k, target update every 5,000 steps, 4 gradient steps per 16 env steps,
+epsilon 1 -> 0.11 over 6% of n_timesteps, 64-64 ReLU, one env):
+
+* ``FastDQN (ours)``: ``tuned_examples/cartpole_fastdqn.yaml``'s settings (CartPole only);
+* ``FastDQN (zoo)``, ``DQN (zoo)``: FastDQN and stock RLlib DQN at rl-zoo's settings mapped to RLlib's keys
+  (:func:`dqn_zoo_in_rllib`: no double Q, no dueling, 1-step, uniform replay, grad-norm clip 10; learning starts
+  once a batch is stored, where SB3 samples with replacement from fewer);
+* ``SB3 DQN (zoo)``: Stable-Baselines3's DQN with rl-zoo's settings.
+
+Every contender is judged on its training episodes, exploration included (rl-zoo's final epsilon is 0.11).
+
 Each row also gives the best running mean of 20 returns a contender reached, so a row that missed the target says by
 how much.
 
-``equivalence``: FastPPO vs stock PPO at identical hyperparameters and seeds; env steps to the target per seed and a
-two-sided exact permutation test on the mean of log(env steps).
+``equivalence``: FastPPO vs stock PPO (and FastDQN vs stock DQN) at identical hyperparameters and seeds; env steps to
+the target per seed and a two-sided exact permutation test on the mean of log(env steps).
 """
 
 from __future__ import annotations
@@ -141,17 +153,32 @@ class Task:
     source: str = "zoo"  # where ``zoo`` comes from: rl-zoo, or a tuned example for envs rl-zoo does not have
     env_config: dict = field(default_factory=dict)
     model: dict = field(default_factory=lambda: {"hidden": [64, 64], "entropy": 0.0})
+    dqn_zoo: dict | None = None  # rl-zoo's DQN hyperparameters (SB3's names), where rl-zoo has them
+    dqn_ours: dict | None = None  # a tuned FastDQN example's settings (RLlib's names)
+
+
+#: rl-zoo's DQN entries for CartPole-v1 ("almost tuned") and Acrobot-v1 ("tuned"): the same settings.
+DQN_ZOO = {"learning_rate": 2.5e-4, "batch_size": 512, "buffer_size": 100_000, "learning_starts": 0, "gamma": 0.99,
+           "target_update_interval": 5000, "train_freq": 16, "gradient_steps": 4, "exploration_fraction": 0.06,
+           "exploration_final_eps": 0.11}
+#: tuned_examples/cartpole_fastdqn.yaml's settings.
+CARTPOLE_FASTDQN = {"num_envs": 8, "fragment": 16, "batch": 64, "training_intensity": 8, "n_step": 3, "lr": 5e-4,
+                    "gamma": 0.99, "dueling": False, "double_q": True, "target_update": 500, "learning_starts": 1000,
+                    "epsilon": [[0, 1.0], [10_000, 0.02]], "prioritized": True, "capacity": 50_000,
+                    "hidden": [64, 64], "grad_clip": 40.0}
 
 
 TASKS = {
     "CartPole-v1": Task("CartPole-v1", 475.0, 200_000,
                         zoo={"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98,
                              "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2,
-                             "n_timesteps": 100_000}),
+                             "n_timesteps": 100_000},
+                        dqn_zoo={**DQN_ZOO, "n_timesteps": 200_000}, dqn_ours=CARTPOLE_FASTDQN),
     "Acrobot-v1": Task("Acrobot-v1", -100.0, 300_000,
                        zoo={"n_envs": 16, "n_steps": 256, "batch_size": 64, "gae_lambda": 0.94, "gamma": 0.99,
                             "n_epochs": 4, "ent_coef": 0.0, "learning_rate": 3e-4, "clip_range": 0.2,
-                            "n_timesteps": 1_000_000}),
+                            "n_timesteps": 1_000_000},
+                       dqn_zoo={**DQN_ZOO, "n_timesteps": 150_000}),
     # No rl-zoo entry: every contender gets tuned_examples/snake_ppo.yaml's settings (snake_fastppo.yaml: the same).
     "rl_speed/Snake-v0": Task("rl_speed/Snake-v0", 5.0, 1_000_000,
                               zoo={"n_envs": 64, "n_steps": 128, "batch_size": 1024, "gae_lambda": 0.95,
@@ -182,6 +209,42 @@ def zoo_in_rllib(task: "Task") -> dict:
             "hidden": task.model["hidden"], "env_config": task.env_config}
 
 
+def dqn_zoo_in_rllib(task: "Task") -> dict:
+    """rl-zoo's (SB3) DQN hyperparameters as RLlib DQN settings (see the module docstring)."""
+    zoo = task.dqn_zoo
+    explore_until = zoo["exploration_fraction"] * zoo["n_timesteps"]
+    return {"num_envs": 1, "fragment": zoo["train_freq"], "batch": zoo["batch_size"],
+            "training_intensity": zoo["batch_size"] * zoo["gradient_steps"] / zoo["train_freq"], "n_step": 1,
+            "lr": zoo["learning_rate"], "gamma": zoo["gamma"], "dueling": False, "double_q": False,
+            "target_update": zoo["target_update_interval"],
+            "learning_starts": max(zoo["learning_starts"], zoo["batch_size"]),
+            "epsilon": [[0, 1.0], [explore_until, zoo["exploration_final_eps"]]], "prioritized": False,
+            "capacity": zoo["buffer_size"], "hidden": [64, 64], "grad_clip": 10.0}
+
+
+def rllib_dqn_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
+    if algo == "stock":
+        from ray.rllib.algorithms.dqn import DQNConfig as Config
+        buffer = "PrioritizedEpisodeReplayBuffer" if settings["prioritized"] else "EpisodeReplayBuffer"
+    else:
+        from rl_speed.algorithms.fast_dqn import FastDQNConfig as Config
+        buffer = "BatchedReplayBuffer:prioritized" if settings["prioritized"] else "BatchedReplayBuffer"
+    return (Config().environment(judged_id(env_id))
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=settings["num_envs"],
+                         rollout_fragment_length=settings["fragment"])
+            .training(train_batch_size_per_learner=settings["batch"], training_intensity=settings["training_intensity"],
+                      n_step=settings["n_step"], lr=settings["lr"], gamma=settings["gamma"],
+                      dueling=settings["dueling"], double_q=settings["double_q"],
+                      target_network_update_freq=settings["target_update"],
+                      num_steps_sampled_before_learning_starts=settings["learning_starts"],
+                      epsilon=settings["epsilon"], grad_clip=settings["grad_clip"],
+                      replay_buffer_config={"type": buffer, "capacity": settings["capacity"]})
+            .rl_module(model_config={"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu",
+                                     "head_fcnet_hiddens": []})
+            .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=256)
+            .debugging(seed=seed))
+
+
 def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
     if algo == "stock":
         from ray.rllib.algorithms.ppo import PPOConfig as Config
@@ -206,9 +269,10 @@ def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
     return config
 
 
-def run_rllib(algo: str, task: Task, settings: dict, seed: int, max_seconds: float) -> list:
+def run_rllib(algo: str, task: Task, settings: dict, seed: int, max_seconds: float, family: str = "ppo") -> list:
     EpisodeJudge.begin()
-    built = rllib_config(algo, task.env_id, settings, seed).build_algo()
+    make = rllib_dqn_config if family == "dqn" else rllib_config
+    built = make(algo, task.env_id, settings, seed).build_algo()
     try:
         while EpisodeJudge.steps < task.max_steps and time.perf_counter() - EpisodeJudge.start < max_seconds:
             built.train()
@@ -254,6 +318,27 @@ def run_sb3(task: Task, seed: int, max_seconds: float) -> list | None:
     return list(EpisodeJudge.log)
 
 
+def run_sb3_dqn(task: Task, seed: int, max_seconds: float) -> list | None:
+    try:
+        from stable_baselines3 import DQN
+        from stable_baselines3.common.callbacks import BaseCallback
+    except ImportError:
+        return None
+
+    class Stop(BaseCallback):
+        def _on_step(self) -> bool:
+            return not reached(EpisodeJudge.log, task.target) and time.perf_counter() - EpisodeJudge.start < max_seconds
+
+    zoo = dict(task.dqn_zoo)
+    timesteps = zoo.pop("n_timesteps")
+    EpisodeJudge.begin()
+    env = gym.make(judged_id(task.env_id))
+    model = DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **zoo)
+    model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
+    env.close()
+    return list(EpisodeJudge.log)
+
+
 def _summary(values: list[float], fmt: str) -> str:
     return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
@@ -271,8 +356,27 @@ def permutation_p(a: list[float], b: list[float]) -> float:
     return count / total
 
 
+def _contenders(task: Task, family: str, max_seconds: float) -> dict[str, Callable[[int], list | None]]:
+    if family == "dqn":
+        zoo = dqn_zoo_in_rllib(task)
+        return {
+            **({"FastDQN (ours)": lambda s: run_rllib("fast", task, task.dqn_ours, s, max_seconds, "dqn")}
+               if task.dqn_ours else {}),
+            "FastDQN (zoo)": lambda s: run_rllib("fast", task, zoo, s, max_seconds, "dqn"),
+            "DQN (zoo)": lambda s: run_rllib("stock", task, zoo, s, max_seconds, "dqn"),
+            "SB3 DQN (zoo)": lambda s: run_sb3_dqn(task, s, max_seconds),
+        }
+    zoo = zoo_in_rllib(task)
+    return {
+        **({"FastPPO (ours)": lambda s: run_rllib("fast", task, task.ours, s, max_seconds)} if task.ours else {}),
+        f"FastPPO ({task.source})": lambda s: run_rllib("fast", task, zoo, s, max_seconds),
+        f"PPO ({task.source})": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
+        f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds),
+    }
+
+
 def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1", "rl_speed/Snake-v0"),
-        max_seconds: float = 150.0) -> str:
+        max_seconds: float = 150.0, families: tuple[str, ...] = ("ppo", "dqn"), charts: str | None = "results/bench") -> str:
     import ray
     import torch
 
@@ -280,27 +384,24 @@ def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1",
     torch.set_num_threads(1)
     sections = []
     try:
-        for name in tasks:
+        for name, family in itertools.product(tasks, families):
             task = TASKS[name]
-            zoo = zoo_in_rllib(task)
-            contenders: dict[str, Callable[[int], list | None]] = {
-                **({"FastPPO (ours)": lambda s: run_rllib("fast", task, task.ours, s, max_seconds)}
-                   if task.ours else {}),
-                f"FastPPO ({task.source})": lambda s: run_rllib("fast", task, zoo, s, max_seconds),
-                f"PPO ({task.source})": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
-                f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds),
-            }
+            if family == "dqn" and task.dqn_zoo is None:
+                continue  # rl-zoo has no DQN settings for this task
+            contenders = _contenders(task, family, max_seconds)
             results: dict[str, list] = {c: [] for c in contenders}
             for seed in range(repeats):  # interleaved, so drift on this shared machine hits every contender alike
                 for contender, fn in contenders.items():
                     log = fn(seed)
                     if log is not None:
                         results[contender].append(log)
-            sections.append(_task_section(task, results, repeats))
+            sections.append(_task_section(task, results, repeats, family))
+            if charts:
+                sections.append(f"Chart: `{race_chart(task, family, results, charts)}`")
     finally:
         ray.shutdown()
     return "\n\n".join([
-        "### Time to a score: FastPPO vs stock RLlib PPO vs Stable-Baselines3 PPO (one judge for all)",
+        "### Time to a score: FastPPO / FastDQN vs stock RLlib PPO / DQN vs Stable-Baselines3 (one judge for all)",
         "",
         f"Command: `rl-speed bench race --repeats {repeats}` · machine: {machine()} · date: "
         f"{time.strftime('%Y-%m-%d')} · torch threads 1, local sampling; time counts from before the algorithm or "
@@ -310,7 +411,38 @@ def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1",
     ])
 
 
-def _task_section(task: Task, results: dict[str, list], repeats: int) -> str:
+def race_chart(task: Task, family: str, results: dict[str, list], directory: str) -> str:
+    """PNG of the judge's running mean of :data:`WINDOW` returns against wall-clock seconds, one line per contender and
+    seed (one colour per contender), the target dashed; returns its path."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k, (contender, logs) in enumerate(results.items()):
+        for i, log in enumerate(logs):
+            if len(log) < WINDOW:
+                continue
+            times = [t for t, _, _ in log][WINDOW - 1:]
+            means = np.convolve([r for _, _, r in log], np.ones(WINDOW) / WINDOW, mode="valid")
+            ax.plot(times, means, color=f"C{k}", alpha=0.8, linewidth=1.2, label=contender if i == 0 else None)
+    ax.axhline(task.target, color="black", linestyle="--", linewidth=1, label=f"target {task.target:g}")
+    ax.set_xlabel("wall-clock seconds since start")
+    ax.set_ylabel(f"mean return of the last {WINDOW} episodes")
+    ax.set_title(f"{task.env_id} ({family.upper()})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(directory) / f"race-{task.env_id.replace('/', '_')}-{family}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _task_section(task: Task, results: dict[str, list], repeats: int, family: str = "ppo") -> str:
     rows = []
     steps_to_target: dict[str, list[float]] = {}
     for contender, logs in results.items():
@@ -326,13 +458,14 @@ def _task_section(task: Task, results: dict[str, list], repeats: int) -> str:
                         f"{_summary([s for _, s in ok], ',.0f')} | {len(ok)}/{len(logs)} | {best} |")
         else:
             rows.append(f"| {contender} | not reached | | 0/{len(logs)} | {best} |")
-    lines = [f"#### {task.env_id}: target {task.target:g}, at most {task.max_steps:,} env steps", "",
+    lines = [f"#### {task.env_id} ({family.upper()}): target {task.target:g}, at most {task.max_steps:,} env steps", "",
              f"| contender | wall-clock to target | env steps to target | reached | best last-{WINDOW} mean |",
              "|---|---:|---:|---:|---:|", *rows]
-    a, b = steps_to_target.get(f"FastPPO ({task.source})", []), steps_to_target.get(f"PPO ({task.source})", [])
+    fast, stock, source = (("FastDQN", "DQN", "zoo") if family == "dqn" else ("FastPPO", "PPO", task.source))
+    a, b = steps_to_target.get(f"{fast} ({source})", []), steps_to_target.get(f"{stock} ({source})", [])
     if len(a) >= 2 and len(b) >= 2:
         p = permutation_p([math.log(x) for x in a], [math.log(x) for x in b])
-        lines += ["", f"Equivalence at identical hyperparameters (FastPPO vs PPO, {task.source}): median env steps "
+        lines += ["", f"Equivalence at identical hyperparameters ({fast} vs {stock}, {source}): median env steps "
                       f"{statistics.median(a):,.0f} vs {statistics.median(b):,.0f}, ratio "
                       f"{statistics.median(a) / statistics.median(b):.2f}; exact two-sided permutation test on "
                       f"mean log(env steps): p = {p:.3f} ({len(a)} vs {len(b)} seeds)."]
