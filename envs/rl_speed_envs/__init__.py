@@ -14,6 +14,8 @@ GYMNASIUM_IDS = {
     "rl_speed/CueCorridor-v0": ("rl_speed_envs.memory:CueCorridorEnv", "rl_speed_envs.memory:CueCorridorVectorEnv"),
     "rl_speed/Durotaxis-v0": ("rl_speed_envs.durotaxis:DurotaxisEnv",
                               "rl_speed_envs.durotaxis:DurotaxisVectorEnv"),
+    # Needs the [atari] extra (ale-py and its ROMs); the vector form is ale-py's C++ vector env.
+    "rl_speed/Atari-v0": ("rl_speed_envs.atari:AtariEnv", "rl_speed_envs.atari:AtariVectorEnv"),
     # Needs the [mario] extra (the NES emulator); no native vector form: RLlib's sync/async vectorization.
     "rl_speed/SuperMarioBros-v0": ("rl_speed_envs.mario:SuperMarioBrosEnv", None),
 }

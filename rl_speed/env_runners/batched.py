@@ -194,7 +194,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             raw_obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
             valid = ~self._resetting
             _write(columns[C.ACTIONS], t, actions)
-            columns[C.REWARDS][t] = rewards
+            columns[C.REWARDS][t] = clip_rewards(rewards, self.config.clip_rewards)  # metrics keep the raw ones
             columns[C.TERMINATEDS][t] = terminateds
             columns[C.TRUNCATEDS][t] = truncateds
             columns[C.VALID][t] = valid
@@ -263,6 +263,16 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
         ):
             self.metrics.log_value(key, float(value), reduce=reduce, window=1)
+
+
+def clip_rewards(rewards: np.ndarray, setting: bool | float | None) -> np.ndarray:
+    """RLlib's ``clip_rewards`` for the training columns: True -> the sign of each reward, a number c -> clipped to
+    [-c, c], None / False -> unchanged. Episode returns in the metrics stay unclipped, as on RLlib's old stack."""
+    if setting is True:
+        return np.sign(rewards)
+    if setting:  # a number
+        return np.clip(rewards, -abs(float(setting)), abs(float(setting)))
+    return rewards
 
 
 def _write(target: Any, t: int, value: Any) -> None:

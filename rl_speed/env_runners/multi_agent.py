@@ -47,7 +47,7 @@ from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from rl_speed import columns as C
 from rl_speed.columns import Columns
-from rl_speed.env_runners.batched import _set_runner_threads, _write, module_actions, to_env_actions
+from rl_speed.env_runners.batched import _set_runner_threads, _write, clip_rewards, module_actions, to_env_actions
 
 
 class TurnBasedEnvError(ValueError):
@@ -214,7 +214,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 f"MultiAgentBatchedEnvRunner: agent {agents[int(np.argmax(skipped))]!r} acted, is not done, and has "
                 "no next observation: the env is turn-based (agents acting in sequence), which the columnar path "
                 "does not support; use stock PPO (RLlib's MultiAgentEnvRunner).")
-        columns[C.REWARDS][t, lanes] = reward
+        columns[C.REWARDS][t, lanes] = clip_rewards(reward, self.config.clip_rewards)  # metrics keep the raw ones
         columns[C.TERMINATEDS][t, lanes] = terminated
         columns[C.TRUNCATEDS][t, lanes] = truncated
         columns[C.VALID][t, lanes] = acting

@@ -19,6 +19,8 @@ def test_tuned_example_validates(path):
                             "locally: python3 tasks.py mario-setup)")
     if "MettaGrid" in path.read_text():
         pytest.importorskip("mettagrid", reason="the [mettagrid] extra is not installed")
+    if "rl_speed/Atari-v0" in path.read_text():
+        pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
     rl_speed.register()
     (experiment, *_) = load_experiments(path)
     assert experiment.config.env is not None

@@ -174,3 +174,23 @@ def test_episode_metrics_cover_the_episodes_since_the_last_call_as_stocks_do():
             saw_nan = True
             assert np.isnan(value)
     assert saw_nan and saw_values
+
+
+@pytest.mark.parametrize("setting, low, high", [(True, -1.0, 1.0), (2.5, -2.5, 2.5)])
+def test_clip_rewards_clips_the_training_columns_not_the_episode_returns(setting, low, high):
+    rl_speed.register()
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rl_speed.env_runners import BatchedEnvRunner
+
+    config = (PPOConfig().environment("Pendulum-v1").env_runners(num_envs_per_env_runner=2,
+                                                                  rollout_fragment_length=250)
+              .environment(clip_rewards=setting))
+    runner = BatchedEnvRunner(config=config)
+    try:
+        cols = runner.sample_columns(random_actions=True)
+        rewards = cols["rewards"][cols["valid"]]
+        assert rewards.min() >= low and rewards.max() <= high and (rewards == low).any()  # Pendulum's go to -16
+        assert runner.get_metrics()["episode_return_mean"].peek() < -200 * abs(low)  # raw 200-step returns
+    finally:
+        runner.stop()

@@ -1,0 +1,144 @@
+"""Atari 2600 games through ale-py (optional extra ``[atari]``; ale-py ships the ROMs, so nothing is downloaded).
+
+:class:`AtariVectorEnv` is ale-py's own C++ vector env (``ale_py.AtariVectorEnv``: emulators stepped on its thread
+pool) with the standard preprocessing done in C++: frame skip 4 with max-pooling of the last two frames, 84 x 84
+grayscale, a stack of the last 4 frames, up to 30 no-op starts, FIRE on reset where the game needs it, rewards
+clipped to {-1, 0, 1}, sticky actions off (``repeat_action_probability`` 0, as in the Nature DQN setup; ALE v5's own
+default is 0.25). Observations come as ``[84, 84, 4]`` uint8 (frames on the last axis, RLlib's image layout; ale-py
+gives ``[4, 84, 84]`` and the env transposes once per step) and stay uint8 up to the module. NEXT_STEP autoreset,
+as rl_speed's runners expect. :class:`AtariEnv` is one emulator behind the same preprocessing, for stock RLlib and
+RLlib's own ``sample()`` (evaluation).
+
+``env_config`` keys (:data:`CONFIG_KEYS`), checked before anything starts: ``game`` (ale-py's ROM name, e.g.
+``pong``, ``breakout``; ``ALE/Pong-v5`` is accepted too), ``frameskip``, ``stack_num``, ``noop_max``,
+``repeat_action_probability``, ``reward_clipping``, ``episodic_life``, ``use_fire_reset``, ``full_action_space``,
+``max_num_frames_per_episode``, ``num_threads`` (ale-py's threads per vector env; default 1, the one CPU Ray gives an
+env runner).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+DEFAULTS = {"game": "pong", "frameskip": 4, "stack_num": 4, "noop_max": 30, "repeat_action_probability": 0.0,
+            "reward_clipping": True, "episodic_life": False, "use_fire_reset": True, "full_action_space": False,
+            "max_num_frames_per_episode": 108_000, "num_threads": 1}
+CONFIG_KEYS = tuple(DEFAULTS)
+
+
+def install_hint() -> str:
+    return "Atari needs ale-py (the [atari] extra; its wheels include the ROMs): python -m pip install 'rl_speed[atari]'"
+
+
+def check_installed() -> None:
+    """Raises ``ImportError`` with :func:`install_hint` if ale-py is missing (used at configuration time)."""
+    try:
+        import ale_py  # noqa: F401
+    except ImportError:
+        raise ImportError(install_hint()) from None
+
+
+def rom_name(game: str) -> str:
+    """``"ALE/Pong-v5"`` / ``"Pong"`` / ``"pong"`` -> ale-py's ROM name ``"pong"`` (``SpaceInvaders`` ->
+    ``space_invaders``)."""
+    name = game.split("/")[-1].split("-v")[0]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def check_config(settings: dict) -> dict:
+    """``settings`` merged over :data:`DEFAULTS`; raises ``ValueError`` naming the first bad key or value."""
+    unknown = sorted(set(settings) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"Atari: unknown env_config keys {unknown}; accepted: {', '.join(CONFIG_KEYS)}.")
+    cfg = {**DEFAULTS, **settings}
+    if not isinstance(cfg["game"], str) or not cfg["game"]:
+        raise ValueError(f"Atari: `game` must be a game name such as 'pong' or 'ALE/Pong-v5', got {cfg['game']!r}.")
+    for key in ("frameskip", "stack_num", "num_threads", "max_num_frames_per_episode"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise ValueError(f"Atari: `{key}` must be an integer >= 1, got {cfg[key]!r}.")
+    if not isinstance(cfg["noop_max"], int) or cfg["noop_max"] < 0:
+        raise ValueError(f"Atari: `noop_max` must be an integer >= 0, got {cfg['noop_max']!r}.")
+    if not 0.0 <= float(cfg["repeat_action_probability"]) <= 1.0:
+        raise ValueError("Atari: `repeat_action_probability` must be in [0, 1], got "
+                         f"{cfg['repeat_action_probability']!r}.")
+    return cfg
+
+
+class AtariVectorEnv(VectorEnv):
+    """``num_envs`` emulators of one game (see the module docstring)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, num_envs: int = 1, **config: Any) -> None:
+        check_installed()
+        import ale_py
+
+        cfg = check_config(config)
+        game = rom_name(cfg["game"])
+        try:
+            self._env = ale_py.AtariVectorEnv(
+                game, int(num_envs), num_threads=min(cfg["num_threads"], int(num_envs)), frameskip=cfg["frameskip"],
+                stack_num=cfg["stack_num"], noop_max=cfg["noop_max"],
+                repeat_action_probability=float(cfg["repeat_action_probability"]),
+                reward_clipping=bool(cfg["reward_clipping"]), episodic_life=bool(cfg["episodic_life"]),
+                use_fire_reset=bool(cfg["use_fire_reset"]), full_action_space=bool(cfg["full_action_space"]),
+                max_num_frames_per_episode=cfg["max_num_frames_per_episode"], img_height=84, img_width=84,
+                grayscale=True, maxpool=True, autoreset_mode=AutoresetMode.NEXT_STEP)
+        except Exception as e:  # ale-py's message for an unknown ROM lists nothing; say what was asked for
+            raise ValueError(f"Atari: ale-py could not start game {game!r} (from `game`={cfg['game']!r}): {e}") from e
+        self.num_envs = int(num_envs)
+        stack = cfg["stack_num"]
+        self.single_observation_space = spaces.Box(0, 255, (84, 84, stack), np.uint8)
+        self.single_action_space = spaces.Discrete(int(self._env.single_action_space.n))
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        obs, _ = self._env.reset(seed=seed)
+        return _channels_last(obs), {}
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        actions = np.asarray(actions, np.int64).reshape(self.num_envs)
+        obs, rewards, terminated, truncated, _ = self._env.step(actions)
+        return (_channels_last(obs), np.asarray(rewards, np.float32), np.asarray(terminated, bool),
+                np.asarray(truncated, bool), {})
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if getattr(self, "_env", None) is not None:  # (not set if ale-py refused the game)
+            self._env.close()
+
+
+class AtariEnv(gym.Env):
+    """One emulator with :class:`AtariVectorEnv`'s preprocessing (see the module docstring)."""
+
+    config_keys = CONFIG_KEYS
+    check_installed = staticmethod(check_installed)
+
+    def __init__(self, **config: Any) -> None:
+        self._vector = AtariVectorEnv(1, **config)
+        self.observation_space = self._vector.single_observation_space
+        self.action_space = self._vector.single_action_space
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        obs, _ = self._vector.reset(seed=seed)
+        return obs[0], {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, rewards, terminated, truncated, _ = self._vector.step(np.array([action]))
+        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+    def close(self) -> None:
+        self._vector.close()
+
+
+def _channels_last(obs: np.ndarray) -> np.ndarray:
+    """ale-py's ``[N, stack, 84, 84]`` as ``[N, 84, 84, stack]``."""
+    return np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
