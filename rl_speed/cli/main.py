@@ -22,7 +22,7 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "ppo-defaults": "rl_speed.bench.ppo:run_defaults", "dqn-defaults": "rl_speed.bench.dqn:run_defaults",
               "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent",
               "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race",
-              "learner-scaling": "rl_speed.bench.learner_scaling"}
+              "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -53,7 +53,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
     bench.add_argument("--output", default="results/bench",
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling)")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari)")
     bench.add_argument("--checkpoint", help="mario-policy: the checkpoint folder of a trained run to evaluate")
     return parser
 
