@@ -21,6 +21,8 @@ PRIVATE = [
      "every config check (algorithms/config.py, fast_ppo.py, fast_dqn.py)"),
     ("ray.rllib.algorithms.algorithm_config", "AlgorithmConfig", "_rl_module_spec", "attribute",
      "FastPPOConfig.is_recurrent"),
+    ("ray.rllib.algorithms.algorithm_config", "AlgorithmConfig", "_dont_auto_sync_env_runner_states", "attribute",
+     "ColumnarConfigMixin: the training step merges connector states itself (sampling.sync_connector_states)"),
     ("ray.rllib.algorithms.dqn", "DQN", "_create_local_replay_buffer_if_necessary", "method",
      "FastDQN replaces RLlib's episode buffer"),
     ("ray.rllib.core.learner.learner", "Learner", "_update", "method", "UpdateLoopMixin.run_minibatches"),
