@@ -54,7 +54,6 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner (FastPPOTorchLearner: PPO's loss
     on column batches, fused gradient clip + finiteness check)."""
 
-
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastPPO)
