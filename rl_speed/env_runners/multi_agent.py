@@ -90,7 +90,7 @@ def check_multi_agent_env(env: MultiAgentEnv, name: str) -> None:
 
 
 class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
-    """See the module docstring. FastPPO uses it for multi-agent configs (``config.multi_agent(...)``)."""
+    """See the module docstring. FastPPO and FastDQN use it for multi-agent configs (``config.multi_agent(...)``)."""
 
     @override(MultiAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
