@@ -40,8 +40,8 @@ class ColumnarConfigMixin:
         super().__init__(*args, **kwargs)
         self.env_runner_cls = BatchedEnvRunner
         # The training step merges the runners' connector states itself, from states handed over with each batch
-        # (rl_speed.algorithms.sampling.sync_connector_states): RLlib's own sync after each iteration would wait for
-        # runners that are busy sampling the next batch.
+        # (rl_speed.algorithms.sampling.sync_connector_states): RLlib's own sync after each iteration is one more
+        # round trip, which queues behind the runners' in-flight samples.
         self._dont_auto_sync_env_runner_states = True
         self.sync_weights_every: int = 1
         self.async_sampling: bool = False

@@ -145,10 +145,11 @@ def sync_connector_states(algo: Any, results: list[RunnerBatch]) -> None:
     """RLlib's merge and broadcast of the runners' connector states (e.g. a MeanStdFilter's statistics) and of the
     sampled-steps counter, fed with the states the runners handed over with their batches.
 
-    ``Algorithm.step`` would do this after every iteration by asking every runner for its state, a call that queues
-    behind the sample a runner is busy with under async sampling, so each iteration would wait for the next batch.
-    Columnar configs switch that off (``_dont_auto_sync_env_runner_states``, as RLlib's IMPALA does) and call this
-    from their training step instead; the broadcast is fire-and-forget, as in RLlib.
+    ``Algorithm.step`` would do this after every iteration by asking every runner for its state: one more round trip
+    per iteration, which under async sampling queues behind the sample a runner is busy with, so the wait for the
+    next batch lands in RLlib's connector-sync timer instead of the ``sample`` phase. Columnar configs switch that off
+    (``_dont_auto_sync_env_runner_states``, as RLlib's IMPALA does) and call this from their training step instead;
+    the broadcast is fire-and-forget, as in RLlib.
     """
     if not results:
         return
