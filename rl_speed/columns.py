@@ -117,14 +117,19 @@ def unpack_struct(packed: np.ndarray, structure: Any) -> Any:
     return tree.unflatten_as(structure, [packed[p] for p in paths])
 
 
+def check_same_length(batches: list[Columns], who: str) -> None:
+    """Raises ``ValueError`` (prefixed ``who``) unless every batch has the same T: lanes join only side by side."""
+    lengths = {b[REWARDS].shape[0] for b in batches}
+    if len(lengths) != 1:
+        raise ValueError(f"{who}: runners returned different rollout lengths {sorted(lengths)}; every env "
+                         "runner must sample the same number of steps (same rollout_fragment_length).")
+
+
 def concat_lanes(batches: list[Columns]) -> Columns:
     """Joins column batches of equal T side by side: ``[T, N1] + [T, N2] -> [T, N1 + N2]``."""
     if len(batches) == 1:
         return batches[0]
-    lengths = {b[REWARDS].shape[0] for b in batches}
-    if len(lengths) != 1:
-        raise ValueError(f"concat_lanes: runners returned different rollout lengths {sorted(lengths)}; every env "
-                         "runner must sample the same number of steps (same rollout_fragment_length).")
+    check_same_length(batches, "concat_lanes")
     return tree.map_structure(lambda *xs: np.concatenate(xs, axis=1), *batches)
 
 

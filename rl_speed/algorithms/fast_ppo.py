@@ -166,12 +166,13 @@ class FastPPO(PPO):
         """The runners' column batches (or references to them) as ``learner_group.update`` arguments (see the
         module docstring)."""
         group = self.learner_group
-        if group.is_local:
-            return {"batch": ray.get(batches) if isinstance(batches[0], ray.ObjectRef) else batches}
-        if isinstance(batches[0], ray.ObjectRef) and len(batches) % len(group) == 0:
+        by_reference = isinstance(batches[0], ray.ObjectRef)
+        if by_reference and not group.is_local and len(batches) % len(group) == 0:
             return {"batch_refs": batches}  # RLlib hands each learner an equal, contiguous share of the references
-        columns = concat_lanes(ray.get(batches) if isinstance(batches[0], ray.ObjectRef) else batches)
-        return {"batches": split_lanes(columns, len(group))}
+        batches = ray.get(batches) if by_reference else batches
+        if group.is_local:
+            return {"batch": batches}  # the learner joins them on its device
+        return {"batches": split_lanes(concat_lanes(batches), len(group))}
 
 
 def _peek(value: Any) -> float:

@@ -117,3 +117,12 @@ def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
                 "iterations": len(profiles)}
     finally:
         algo.stop()
+
+
+def learner_seconds(run: dict) -> float:
+    """A :func:`timed_run`'s learner time per iteration: values + GAE + updates (``learn_s`` + ``advantages_s`` of
+    ``rl_speed_profile``), median over iterations; NaN if no iteration learned."""
+    import numpy as np
+
+    times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
+    return float(np.median(times)) if times else float("nan")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import machine, timed_run, usable_cpus
+from rl_speed.bench.common import learner_seconds, machine, timed_run, usable_cpus
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 PRESETS = {"MettaGrid": TUNED / "mettagrid_ppo_gpu.yaml", "grid arena": TUNED / "grid_ppo_gpu.yaml"}
@@ -47,11 +47,6 @@ def _scaled(preset: Any, runners: int, learners: int, device: str) -> Any:
         return config.learners(num_learners=learners, num_gpus_per_learner=1)
     return config.learners(num_learners=learners, num_gpus_per_learner=0,
                            num_cpus_per_learner=1).framework(torch_compile_learner=False)
-
-
-def _learner_seconds(run: dict) -> float:
-    times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
-    return float(np.median(times)) if times else float("nan")
 
 
 def learner_counts(gpus: int) -> list[int]:
@@ -97,7 +92,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
                     rows.append(f"| {k} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |")
                     continue
-                learner_s = _learner_seconds(result)
+                learner_s = learner_seconds(result)
                 iteration_s = float(np.median(result["iteration_s"]))
                 learner_rate = batch / learner_s
                 base = base or (learner_rate, result["rate"])

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import machine, timed_run, usable_cpus
+from rl_speed.bench.common import learner_seconds, machine, timed_run, usable_cpus
 
 PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
 
@@ -55,12 +55,6 @@ def _phases(run: dict) -> dict:
     return {k[:-2]: round(float(v), 3) for k, v in run["profiles"][-1].items() if k.endswith("_s")}
 
 
-def _learner_rate(run: dict, batch: int) -> float:
-    """Train-batch steps per second of the learner alone (values + GAE + updates), median over iterations."""
-    times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
-    return batch / float(np.median(times)) if times else float("nan")
-
-
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seconds: float = 60.0,
         runners: int | None = None) -> str:
     import ray
@@ -88,7 +82,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     try:
         baseline = random_return(env_config)
         one = timed_run(preset.copy(copy_frozen=False), seconds)
-        rows.append(("FastPPO, 1 GPU learner", one["rate"], _learner_rate(one, batch)))
+        rows.append(("FastPPO, 1 GPU learner", one["rate"], batch / learner_seconds(one)))
         notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run "
                      f"{[round(r, 1) for r in one['returns']]} (random play {baseline:.2f}); last iteration's phases "
                      f"{_phases(one)}")

@@ -283,18 +283,26 @@ def run_rllib(algo: str, task: Task, settings: dict, seed: int, max_seconds: flo
     return list(EpisodeJudge.log)
 
 
-def run_sb3(task: Task, seed: int, max_seconds: float) -> list | None:
-    try:
-        from stable_baselines3 import PPO
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
-    except ImportError:
-        return None
-    import torch
+def _sb3_learn(model: Any, env: Any, timesteps: int, task: Task, max_seconds: float) -> list:
+    """Trains an SB3 model until the judge's target, ``max_seconds`` or ``timesteps``; returns the judge's log."""
+    from stable_baselines3.common.callbacks import BaseCallback
 
     class Stop(BaseCallback):
         def _on_step(self) -> bool:
             return not reached(EpisodeJudge.log, task.target) and time.perf_counter() - EpisodeJudge.start < max_seconds
+
+    model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
+    env.close()
+    return list(EpisodeJudge.log)
+
+
+def run_sb3(task: Task, seed: int, max_seconds: float) -> list | None:
+    try:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError:
+        return None
+    import torch
 
     zoo = dict(task.zoo)
     timesteps = zoo.pop("n_timesteps")
@@ -313,30 +321,21 @@ def run_sb3(task: Task, seed: int, max_seconds: float) -> list | None:
     hidden = task.model["hidden"]
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **zoo,
                 policy_kwargs={"net_arch": {"pi": hidden, "vf": hidden}, "activation_fn": torch.nn.Tanh})
-    model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
-    env.close()
-    return list(EpisodeJudge.log)
+    return _sb3_learn(model, env, timesteps, task, max_seconds)
 
 
 def run_sb3_dqn(task: Task, seed: int, max_seconds: float) -> list | None:
     try:
         from stable_baselines3 import DQN
-        from stable_baselines3.common.callbacks import BaseCallback
     except ImportError:
         return None
-
-    class Stop(BaseCallback):
-        def _on_step(self) -> bool:
-            return not reached(EpisodeJudge.log, task.target) and time.perf_counter() - EpisodeJudge.start < max_seconds
 
     zoo = dict(task.dqn_zoo)
     timesteps = zoo.pop("n_timesteps")
     EpisodeJudge.begin()
     env = gym.make(judged_id(task.env_id))
     model = DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **zoo)
-    model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
-    env.close()
-    return list(EpisodeJudge.log)
+    return _sb3_learn(model, env, timesteps, task, max_seconds)
 
 
 def _summary(values: list[float], fmt: str) -> str:

@@ -54,10 +54,7 @@ def join_lanes_on_device(batches: list[dict], device: torch.device) -> dict:
     is copied to the device once and joined there (the host never builds the joined batch)."""
     if len(batches) == 1:
         return tree.map_structure(lambda x: to_device(x, device), batches[0])
-    lengths = {b[C.REWARDS].shape[0] for b in batches}
-    if len(lengths) != 1:
-        raise ValueError(f"FastPPO: runners returned different rollout lengths {sorted(lengths)}; every env runner "
-                         "must sample the same number of steps (same rollout_fragment_length).")
+    C.check_same_length(batches, "FastPPO")
     return tree.map_structure(lambda *xs: torch.cat([to_device(x, device) for x in xs], dim=1), *batches)
 
 

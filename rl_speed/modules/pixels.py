@@ -11,62 +11,32 @@ model_config: ``fcnet_hiddens`` (the units after the convs, default [512]).
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
-from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
-from ray.rllib.models.torch.torch_distributions import TorchCategorical
 from ray.rllib.utils.annotations import override
 
+from rl_speed.modules.actor_critic import CategoricalActorCritic
 from rl_speed.modules.layers import nature_cnn
 from rl_speed.modules.q_net import ObsPreprocessor
 
 
-class NatureActorCritic(TorchRLModule, ValueFunctionAPI):
+class NatureActorCritic(CategoricalActorCritic):
     """See the module docstring."""
 
     @override(TorchRLModule)
     def setup(self) -> None:
-        obs, action = self.observation_space, self.action_space
+        obs = self.observation_space
         if not (isinstance(obs, gym.spaces.Box) and len(obs.shape) == 3 and obs.dtype == np.uint8):
             raise ValueError(f"NatureActorCritic: observations must be uint8 frames [H, W, C], got {obs}; for "
                              "vectors use RLlib's default PPO module.")
-        if not isinstance(action, gym.spaces.Discrete):
-            raise ValueError(f"NatureActorCritic needs a Discrete action space, got {action}.")
         self.preprocess = ObsPreprocessor(obs)
         hiddens = list((self.model_config or {}).get("fcnet_hiddens") or [512])
         self.encoder, width = nature_cnn(self.preprocess.out_shape, hiddens, batch_norm=False)
-        self.pi = nn.Linear(width, int(action.n))
-        self.vf = nn.Linear(width, 1)
-        with torch.no_grad():
-            self.pi.weight.mul_(0.01)
-            self.pi.bias.zero_()
+        self.make_heads(width)
 
-    @override(TorchRLModule)
-    def _forward(self, batch: dict, **kwargs: Any) -> dict:
-        features = self.encoder(self.preprocess(batch[Columns.OBS]))
-        return {Columns.ACTION_DIST_INPUTS: self.pi(features), Columns.EMBEDDINGS: features}
-
-    @override(ValueFunctionAPI)
-    def compute_values(self, batch: dict, embeddings: Any = None) -> torch.Tensor:
-        if embeddings is None:
-            embeddings = self.encoder(self.preprocess(batch[Columns.OBS]))
-        return self.vf(embeddings).squeeze(-1)
-
-    @override(TorchRLModule)
-    def get_train_action_dist_cls(self) -> type:
-        return TorchCategorical
-
-    @override(TorchRLModule)
-    def get_exploration_action_dist_cls(self) -> type:
-        return TorchCategorical
-
-    @override(TorchRLModule)
-    def get_inference_action_dist_cls(self) -> type:
-        return TorchCategorical
+    @override(CategoricalActorCritic)
+    def _embed(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.preprocess(obs))

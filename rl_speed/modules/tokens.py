@@ -25,12 +25,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
-from ray.rllib.models.torch.torch_distributions import TorchCategorical
 from ray.rllib.utils.annotations import override
 
+from rl_speed.modules.actor_critic import CategoricalActorCritic
 from rl_speed.modules.layers import mlp
 
 EMPTY = 255
@@ -56,17 +54,15 @@ class _TokenBagSum(torch.autograd.Function):
         return grad_weight.index_add_(0, index, per_token.to(ctx.table_dtype)), None, None, None
 
 
-class TokenActorCritic(TorchRLModule, ValueFunctionAPI):
+class TokenActorCritic(CategoricalActorCritic):
     """See the module docstring."""
 
     @override(TorchRLModule)
     def setup(self) -> None:
-        obs, action = self.observation_space, self.action_space
+        obs = self.observation_space
         if not (isinstance(obs, gym.spaces.Box) and len(obs.shape) == 2 and obs.shape[1] == 3
                 and obs.dtype == "uint8"):
             raise ValueError(f"TokenActorCritic: observations must be uint8 tokens of shape [N, 3], got {obs}.")
-        if not isinstance(action, gym.spaces.Discrete):
-            raise ValueError(f"TokenActorCritic needs a Discrete action space, got {action}.")
         cfg = self.model_config or {}
         dim = int(cfg.get("token_dim", 32))
         self.presence = nn.Embedding(256 * 256, dim)  # row feature * 256 + location
@@ -75,12 +71,9 @@ class TokenActorCritic(TorchRLModule, ValueFunctionAPI):
             for table in (self.presence, self.magnitude):
                 table.weight.normal_(0.0, 1.0 / dim ** 0.5)
         self.trunk, width = mlp(dim, list(cfg.get("fcnet_hiddens") or [256]), "relu")
-        self.pi = nn.Linear(width, int(action.n))
-        self.vf = nn.Linear(width, 1)
-        with torch.no_grad():
-            self.pi.weight.mul_(0.01)  # near-uniform first policy
-            self.pi.bias.zero_()
+        self.make_heads(width)
 
+    @override(CategoricalActorCritic)
     def _embed(self, obs: torch.Tensor) -> torch.Tensor:
         tokens = obs.long()
         present = tokens[..., 0] != EMPTY  # [B, N]
@@ -92,26 +85,3 @@ class TokenActorCritic(TorchRLModule, ValueFunctionAPI):
         grid = (_TokenBagSum.apply(self.presence.weight, index, present.reshape(-1), n)
                 + _TokenBagSum.apply(self.magnitude.weight, index, (present * value.float() / 255.0).reshape(-1), n))
         return self.trunk(grid / present.sum(1, keepdim=True).clamp(min=1.0))
-
-    @override(TorchRLModule)
-    def _forward(self, batch: dict, **kwargs: Any) -> dict:
-        features = self._embed(batch[Columns.OBS])
-        return {Columns.ACTION_DIST_INPUTS: self.pi(features), Columns.EMBEDDINGS: features}
-
-    @override(ValueFunctionAPI)
-    def compute_values(self, batch: dict, embeddings: Any = None) -> torch.Tensor:
-        if embeddings is None:
-            embeddings = self._embed(batch[Columns.OBS])
-        return self.vf(embeddings).squeeze(-1)
-
-    @override(TorchRLModule)
-    def get_train_action_dist_cls(self) -> type:
-        return TorchCategorical
-
-    @override(TorchRLModule)
-    def get_exploration_action_dist_cls(self) -> type:
-        return TorchCategorical
-
-    @override(TorchRLModule)
-    def get_inference_action_dist_cls(self) -> type:
-        return TorchCategorical
