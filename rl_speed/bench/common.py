@@ -126,3 +126,22 @@ def learner_seconds(run: dict) -> float:
 
     times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
     return float(np.median(times)) if times else float("nan")
+
+
+def load_policy_module(checkpoint: Any) -> tuple[Any, dict]:
+    """The trained RLModule (single-agent) of an algorithm checkpoint directory and its run's ``env_config``."""
+    import pickle
+    from pathlib import Path
+
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    checkpoint = Path(checkpoint)
+    module_dir = checkpoint / "learner_group" / "learner" / "rl_module" / DEFAULT_MODULE_ID
+    if not module_dir.is_dir():
+        raise FileNotFoundError(f"{checkpoint} is not an RLlib algorithm checkpoint (no "
+                                f"{module_dir.relative_to(checkpoint)}); pass the checkpoint_NNNNNN folder that "
+                                "`rl-speed train` printed.")
+    with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
+        config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # (args, kwargs) -> args -> the config's state dict
+    return RLModule.from_checkpoint(module_dir), dict(config.get("env_config", {}))

@@ -12,15 +12,13 @@ policies play the game the policy was trained on.
 
 from __future__ import annotations
 
-import pickle
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import load_policy_module, machine
 
 Policy = Callable[[np.ndarray], np.ndarray]  # [N, 84, 84, 4] uint8 -> [N] actions
 
@@ -80,22 +78,6 @@ def epsilon_greedy(module: torch.nn.Module, epsilon: float, seed: int = 0) -> Po
         return np.where(explore, rng.integers(0, num_actions, len(obs)), greedy)
 
     return act
-
-
-def load_policy_module(checkpoint: str | Path) -> tuple[torch.nn.Module, dict]:
-    """The trained RLModule of a FastDQN checkpoint directory and its run's ``env_config``."""
-    from ray.rllib.core import DEFAULT_MODULE_ID
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    checkpoint = Path(checkpoint)
-    module_dir = checkpoint / "learner_group" / "learner" / "rl_module" / DEFAULT_MODULE_ID
-    if not module_dir.is_dir():
-        raise FileNotFoundError(f"mario-policy: {checkpoint} is not an RLlib algorithm checkpoint (no "
-                                f"{module_dir.relative_to(checkpoint)}); pass the checkpoint_NNNNNN folder that "
-                                "`rl-speed train` printed.")
-    with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
-        config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # (args, kwargs) -> args -> the config's state dict
-    return RLModule.from_checkpoint(module_dir), dict(config.get("env_config", {}))
 
 
 def compare(module: torch.nn.Module, env_config: dict, episodes: int, epsilon: float = 0.05,

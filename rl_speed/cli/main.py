@@ -22,7 +22,8 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "ppo-defaults": "rl_speed.bench.ppo:run_defaults", "dqn-defaults": "rl_speed.bench.dqn:run_defaults",
               "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent",
               "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race",
-              "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari"}
+              "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari",
+              "atari-policy": "rl_speed.bench.atari_policy"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -53,8 +54,8 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
     bench.add_argument("--output", default="results/bench",
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari)")
-    bench.add_argument("--checkpoint", help="mario-policy: the checkpoint folder of a trained run to evaluate")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy)")
+    bench.add_argument("--checkpoint", help="mario-policy, atari-policy: the checkpoint folder of a trained run to evaluate")
     return parser
 
 

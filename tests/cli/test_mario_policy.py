@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl_speed.bench.mario_policy import epsilon_greedy, load_policy_module, play, random_policy
+from rl_speed.bench.common import load_policy_module
+from rl_speed.bench.mario_policy import epsilon_greedy, play, random_policy
 from rl_speed.cli.main import USAGE_ERROR, main
 from rl_speed.modules.q_net import QNetModule
 
