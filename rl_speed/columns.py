@@ -17,6 +17,7 @@ A plain dict (not a class) so it crosses Ray's object store as a handful of larg
 | ``state_in`` | ``[T / L, N, ...]`` | float32 (a structure like the module's state) | runner (stateful modules) | PPO learner: the state at the start of each ``L``-step chunk |
 | ``state_out`` | ``[1, N, ...]`` | float32 (like ``state_in``) | runner (stateful modules) | PPO learner (RLlib's stateful modules): the state after the last step, from which ``obs[T]`` is valued |
 | ``module`` | ``[T + 1, N]`` | int16 | multi-agent runner | PPO learner: which module owns ``obs[t]`` of a lane (an index into the sorted module ids of the ``MultiRLModule``; -1: no agent) |
+| ``env_step`` | ``[T, N]`` | bool | multi-agent runner | PPO learner's env-step count: True on the first lane of each env copy at each step the copy took (agent steps are ``valid``) |
 
 ``obs[t]`` is what the module saw at step t and ``obs[T]`` the observation after the last step, so the next
 observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds`` say the episode ended at step t
@@ -58,15 +59,22 @@ IS_FIRST = "is_first"
 STATE_IN = "state_in"
 STATE_OUT = "state_out"
 MODULE = "module"
+ENV_STEP = "env_step"
 
 REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 #: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.
-PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, IS_FIRST)
+PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, IS_FIRST, ENV_STEP)
 
 
 def num_steps(columns: Columns) -> int:
-    """Number of real (valid) transitions in a column batch."""
+    """Number of real (valid) transitions in a column batch (agent steps, for multi-agent columns)."""
     return int(columns[VALID].sum())
+
+
+def num_env_steps(columns: Columns) -> int:
+    """Env steps in a column batch: the ``env_step`` marks of multi-agent columns (one per env copy per step), else
+    the valid transitions (one lane is one env)."""
+    return int(columns[ENV_STEP].sum()) if ENV_STEP in columns else num_steps(columns)
 
 
 def next_obs(columns: Columns) -> Any:

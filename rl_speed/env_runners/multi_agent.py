@@ -161,6 +161,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
             C.TRUNCATEDS: np.zeros((steps, lanes), bool),
             C.VALID: np.zeros((steps, lanes), bool),
             C.MODULE: np.empty((steps + 1, lanes), np.int16),
+            C.ENV_STEP: np.zeros((steps, lanes), bool),
         }
         runners = self.config.num_env_runners or 1
         env_steps = episodes = 0
@@ -181,6 +182,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                     action_dict = {aid: tree.map_structure(lambda x, k=base + k: x[k], actions)
                                    for k, aid in enumerate(self._agents) if acting[base + k]}
                 ended = self._step_copy(i, env.step(action_dict), acting[base:base + a], columns, t)
+                columns[C.ENV_STEP][t, base] = True
                 env_steps += 1
                 if ended:
                     self._resetting[i] = True

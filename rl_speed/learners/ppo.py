@@ -29,7 +29,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
 
 from rl_speed import columns as C
-from rl_speed.columns import IS_FIRST, num_steps
+from rl_speed.columns import IS_FIRST
 from rl_speed.connectors.vectorized_gae import VectorizedGAE
 from rl_speed.gae import standardize, vectorized_gae
 from rl_speed.learners.optimizer_step import OptimizerStepMixin
@@ -84,7 +84,7 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)  # one sync per call, so the timing below means something
         self.metrics.log_value((ALL_MODULES, ADVANTAGES_TIME_KEY), time.perf_counter() - start, window=1)
-        env_steps = num_steps(columns)  # multi-agent columns: agent steps (lanes do not say which copy they are)
+        env_steps = C.num_env_steps(columns)
         out = []
         for module_id, flat in per_module.items():
             mask = flat[RLlibColumns.LOSS_MASK]

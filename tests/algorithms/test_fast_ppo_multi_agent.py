@@ -45,6 +45,10 @@ def test_trains_every_module_and_reports_multi_agent_keys(ray_session, shared):
         # an env step moves both agents (while both are up): agent steps >= env steps
         assert sum(runners["num_agent_steps_sampled"].values()) >= runners["num_env_steps_sampled"]
         assert runners["num_env_steps_sampled_lifetime"] >= 512 // 2
+        # RLlib's meaning: env steps trained count env steps (once per epoch, 2 epochs), not agent steps
+        trained = result["learners"]["__all_modules__"]["num_env_steps_trained"]
+        assert trained == runners["num_env_steps_sampled"] * 2
+        assert result["learners"]["__all_modules__"]["num_module_steps_trained"] > trained
     finally:
         algo.stop()
 

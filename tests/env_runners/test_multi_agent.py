@@ -107,6 +107,10 @@ def test_lanes_masks_modules_and_episode_metrics(ray_session):
         assert metrics["agent_episode_returns_mean"]["a2"] == pytest.approx(6.0)
         assert metrics["module_episode_returns_mean"]["even"] == pytest.approx(8.0)
         assert metrics["num_env_steps_sampled"] == 16  # 2 copies x 8 real env steps (reset steps excluded)
+        # env steps in the columns: one mark per copy per real env step, on the copy's first lane
+        assert C.num_env_steps(cols) == 16 and C.num_steps(cols) == 2 * 2 * (2 + 3 + 4)  # agent steps
+        assert not cols[C.ENV_STEP][:, [1, 2, 4, 5]].any()
+        assert (cols[C.ENV_STEP][:, 0] == (np.arange(10) % 5 != 4)).all()
         assert metrics["num_agent_steps_sampled"]["a0"] == 8
         assert metrics["num_module_steps_sampled"]["even"] == 8 + 16
         assert metrics["num_episodes"] == 4
