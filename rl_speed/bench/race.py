@@ -4,11 +4,13 @@ The judge (:class:`EpisodeJudge`, or :class:`VectorEpisodeJudge` around a native
 contender's envs go through: it logs every
 finished episode's return with the wall-clock time since the contender started (before its algorithm or model is
 built) and the process-wide count of env steps. A contender has reached the target when the mean return of the last
-20 finished episodes reaches it. Everything runs in this process with local sampling, one contender at a time, so
+20 finished episodes reaches it (the grid arena: the last 192, one round of every agent lane). Everything runs in this process with local sampling, one contender at a time, so
 each log holds one contender's episodes only.
 
-Contenders on CartPole-v1 (target 475), Acrobot-v1 (target -100) and the 8 x 8 Snake (target 5.0; no rl-zoo entry,
-so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 steps the scalar env, one per lane):
+Contenders on CartPole-v1 (target 475), Acrobot-v1 (target -100), the 8 x 8 Snake (target 5.0; no rl-zoo entry,
+so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 steps the scalar env, one per lane) and
+the grid arena (target 0.25 per agent-episode; ``tuned_examples/grid_ppo.yaml``'s settings, both RLlib contenders on
+its batched form, env steps = agent steps; no SB3 row, SB3 has no multi-agent form):
 
 * ``FastPPO (ours)``: FastPPO with rl_speed's own settings for the task, where a task has them (none is tuned yet);
 * ``FastPPO (zoo)``, ``PPO (zoo)``: FastPPO and stock RLlib PPO at rl-zoo's PPO hyperparameters for the task,
@@ -126,21 +128,21 @@ def judged_id(env_id: str) -> str:
     return judged
 
 
-def reached(log: list[tuple[float, int, float]], target: float) -> tuple[float, int] | None:
-    """(seconds, env steps) at the first episode after which the mean of the last :data:`WINDOW` returns >= target."""
+def reached(log: list[tuple[float, int, float]], target: float, window: int = WINDOW) -> tuple[float, int] | None:
+    """(seconds, env steps) at the first episode after which the mean of the last ``window`` returns >= target."""
     returns = [r for _, _, r in log]
-    for i in range(WINDOW - 1, len(log)):
-        if np.mean(returns[i - WINDOW + 1:i + 1]) >= target:
+    for i in range(window - 1, len(log)):
+        if np.mean(returns[i - window + 1:i + 1]) >= target:
             return log[i][0], log[i][1]
     return None
 
 
-def best_mean(log: list[tuple[float, int, float]]) -> float:
-    """The best running mean of :data:`WINDOW` returns in a log (-inf with fewer episodes)."""
+def best_mean(log: list[tuple[float, int, float]], window: int = WINDOW) -> float:
+    """The best running mean of ``window`` returns in a log (-inf with fewer episodes)."""
     returns = np.array([r for _, _, r in log])
-    if len(returns) < WINDOW:
+    if len(returns) < window:
         return float("-inf")
-    return float(np.convolve(returns, np.ones(WINDOW) / WINDOW, mode="valid").max())
+    return float(np.convolve(returns, np.ones(window) / window, mode="valid").max())
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ class Task:
     model: dict = field(default_factory=lambda: {"hidden": [64, 64], "entropy": 0.0})
     dqn_zoo: dict | None = None  # rl-zoo's DQN hyperparameters (SB3's names), where rl-zoo has them
     dqn_ours: dict | None = None  # a tuned FastDQN example's settings (RLlib's names)
+    window: int = WINDOW  # finished episodes in the judge's running mean (one round of every agent for the arena)
+    sb3: bool = True  # False where SB3 has no form of the env (multi-agent)
 
 
 #: rl-zoo's DQN entries for CartPole-v1 ("almost tuned") and Acrobot-v1 ("tuned"): the same settings.
@@ -188,6 +192,16 @@ TASKS = {
                               env_config={"height": 8, "width": 8, "max_steps_without_food": 64,
                                           "observation": "flat", "flood_fill": True},
                               model={"hidden": [256, 256], "entropy": 0.01}),
+    # No rl-zoo entry and no SB3 form (multi-agent): FastPPO and stock PPO at tuned_examples/grid_ppo.yaml's settings,
+    # both on the batched form (8 maps x 24 agents as 192 lanes of one vector env; stock RLlib through
+    # `vector_entry_point`). Returns are per agent-episode (256 steps); random play earns about 0.1.
+    "rl_speed/GridArena-v0": Task("rl_speed/GridArena-v0", 0.25, 10_000_000,
+                                  zoo={"n_envs": 192, "n_steps": 64, "batch_size": 3072, "gae_lambda": 0.95,
+                                       "gamma": 0.99, "n_epochs": 2, "ent_coef": 0.01, "learning_rate": 1e-3,
+                                       "clip_range": 0.2, "n_timesteps": 10_000_000},
+                                  source="grid_ppo.yaml",
+                                  env_config={"num_agents": 24, "height": 25, "width": 25, "max_steps": 256},
+                                  model={"hidden": [128, 128], "entropy": 0.01}, window=192, sb3=False),
 }
 
 
@@ -276,7 +290,7 @@ def run_rllib(algo: str, task: Task, settings: dict, seed: int, max_seconds: flo
     try:
         while EpisodeJudge.steps < task.max_steps and time.perf_counter() - EpisodeJudge.start < max_seconds:
             built.train()
-            if reached(EpisodeJudge.log, task.target):
+            if reached(EpisodeJudge.log, task.target, task.window):
                 break
     finally:
         built.stop()
@@ -289,7 +303,7 @@ def _sb3_learn(model: Any, env: Any, timesteps: int, task: Task, max_seconds: fl
 
     class Stop(BaseCallback):
         def _on_step(self) -> bool:
-            return not reached(EpisodeJudge.log, task.target) and time.perf_counter() - EpisodeJudge.start < max_seconds
+            return not reached(EpisodeJudge.log, task.target, task.window) and time.perf_counter() - EpisodeJudge.start < max_seconds
 
     model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
     env.close()
@@ -370,7 +384,7 @@ def _contenders(task: Task, family: str, max_seconds: float) -> dict[str, Callab
         **({"FastPPO (ours)": lambda s: run_rllib("fast", task, task.ours, s, max_seconds)} if task.ours else {}),
         f"FastPPO ({task.source})": lambda s: run_rllib("fast", task, zoo, s, max_seconds),
         f"PPO ({task.source})": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
-        f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds),
+        **({f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds)} if task.sb3 else {}),
     }
 
 
@@ -404,14 +418,15 @@ def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1",
         "",
         f"Command: `rl-speed bench race --repeats {repeats}` · machine: {machine()} · date: "
         f"{time.strftime('%Y-%m-%d')} · torch threads 1, local sampling; time counts from before the algorithm or "
-        f"model is built; reached = the mean of the last {WINDOW} finished episodes (judge wrapper) >= the target; "
+        f"model is built; reached = the mean of the last {WINDOW} finished episodes (judge wrapper; on the grid arena "
+        f"the last {TASKS['rl_speed/GridArena-v0'].window}, one round of every agent) >= the target; "
         "median (min-max) over the seeds that reached it.",
         *sections,
     ])
 
 
 def race_chart(task: Task, family: str, results: dict[str, list], directory: str) -> str:
-    """PNG of the judge's running mean of :data:`WINDOW` returns against wall-clock seconds, one line per contender and
+    """PNG of the judge's running mean of the task's window of returns against wall-clock seconds, one line per contender and
     seed (one colour per contender), the target dashed; returns its path."""
     from pathlib import Path
 
@@ -423,14 +438,14 @@ def race_chart(task: Task, family: str, results: dict[str, list], directory: str
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k, (contender, logs) in enumerate(results.items()):
         for i, log in enumerate(logs):
-            if len(log) < WINDOW:
+            if len(log) < task.window:
                 continue
-            times = [t for t, _, _ in log][WINDOW - 1:]
-            means = np.convolve([r for _, _, r in log], np.ones(WINDOW) / WINDOW, mode="valid")
+            times = [t for t, _, _ in log][task.window - 1:]
+            means = np.convolve([r for _, _, r in log], np.ones(task.window) / task.window, mode="valid")
             ax.plot(times, means, color=f"C{k}", alpha=0.8, linewidth=1.2, label=contender if i == 0 else None)
     ax.axhline(task.target, color="black", linestyle="--", linewidth=1, label=f"target {task.target:g}")
     ax.set_xlabel("wall-clock seconds since start")
-    ax.set_ylabel(f"mean return of the last {WINDOW} episodes")
+    ax.set_ylabel(f"mean return of the last {task.window} episodes")
     ax.set_title(f"{task.env_id} ({family.upper()})")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -448,17 +463,17 @@ def _task_section(task: Task, results: dict[str, list], repeats: int, family: st
         if not logs:
             rows.append(f"| {contender} | not run (extra not installed) | | | |")
             continue
-        hits = [reached(log, task.target) for log in logs]
+        hits = [reached(log, task.target, task.window) for log in logs]
         ok = [h for h in hits if h is not None]
         steps_to_target[contender] = [float(s) for _, s in ok]
-        best = _summary([best_mean(log) for log in logs], ".2f")
+        best = _summary([best_mean(log, task.window) for log in logs], ".2f")
         if ok:
             rows.append(f"| {contender} | {_summary([t for t, _ in ok], '.1f')} s | "
                         f"{_summary([s for _, s in ok], ',.0f')} | {len(ok)}/{len(logs)} | {best} |")
         else:
             rows.append(f"| {contender} | not reached | | 0/{len(logs)} | {best} |")
     lines = [f"#### {task.env_id} ({family.upper()}): target {task.target:g}, at most {task.max_steps:,} env steps", "",
-             f"| contender | wall-clock to target | env steps to target | reached | best last-{WINDOW} mean |",
+             f"| contender | wall-clock to target | env steps to target | reached | best last-{task.window} mean |",
              "|---|---:|---:|---:|---:|", *rows]
     fast, stock, source = (("FastDQN", "DQN", "zoo") if family == "dqn" else ("FastPPO", "PPO", task.source))
     a, b = steps_to_target.get(f"{fast} ({source})", []), steps_to_target.get(f"{stock} ({source})", [])

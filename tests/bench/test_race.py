@@ -30,6 +30,20 @@ def test_target_is_the_running_mean_of_the_last_window():
     assert reached(log, 120.0) == (99.0, 1000)  # mean (19 * 100 + 500) / 20 = 120
     assert reached(log, 121.0) is None
     assert reached(log[:-1], 0.0) is None  # fewer than WINDOW episodes: no mean yet
+    assert reached(log, 200.0, window=1) == (99.0, 1000)  # a task's own window
+
+
+def test_grid_arena_task_runs_both_rllib_contenders_on_the_batched_form():
+    from rl_speed.bench.race import TASKS, _contenders, rllib_config, zoo_in_rllib
+
+    task = TASKS["rl_speed/GridArena-v0"]
+    assert set(_contenders(task, "ppo", 10)) == {"FastPPO (grid_ppo.yaml)", "PPO (grid_ppo.yaml)"}  # no SB3 form
+    settings = zoo_in_rllib(task)
+    for algo in ("fast", "stock"):
+        config = rllib_config(algo, task.env_id, settings, seed=0)
+        assert config.gym_env_vectorize_mode == "vector_entry_point" and config.num_envs_per_env_runner == 192
+        assert config.train_batch_size_per_learner == 192 * 64 and config.minibatch_size == 3072
+        assert config.env_config == task.env_config and config.model_config["fcnet_hiddens"] == [128, 128]
 
 
 def test_permutation_p():
