@@ -35,7 +35,7 @@ def play(policy: Policy, num_envs: int, env_config: dict, seed: int = 1000) -> n
         returns, done = np.zeros(num_envs), np.zeros(num_envs, dtype=bool)
         while not done.all():
             obs, rewards, terminated, truncated, _ = env.step(policy(obs))
-            returns += np.where(done, 0.0, rewards)  # (an emulator that finished restarts; its next episode is not counted)
+            returns += np.where(done, 0.0, rewards)  # a finished emulator restarts; that episode is not counted
             done |= terminated | truncated
         return returns
     finally:

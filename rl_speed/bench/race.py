@@ -4,8 +4,8 @@ The judge (:class:`EpisodeJudge`, or :class:`VectorEpisodeJudge` around a native
 contender's envs go through: it logs every
 finished episode's return with the wall-clock time since the contender started (before its algorithm or model is
 built) and the process-wide count of env steps. A contender has reached the target when the mean return of the last
-20 finished episodes reaches it (the grid arena: the last 192, one round of every agent lane). Everything runs in this process with local sampling, one contender at a time, so
-each log holds one contender's episodes only.
+20 finished episodes reaches it (the grid arena: the last 192, one round of every agent lane). Everything runs in
+this process with local sampling, one contender at a time, so each log holds one contender's episodes only.
 
 Contenders on CartPole-v1 (target 475), Acrobot-v1 (target -100), the 8 x 8 Snake (target 5.0; no rl-zoo entry,
 so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 steps the scalar env, one per lane) and
@@ -303,7 +303,8 @@ def _sb3_learn(model: Any, env: Any, timesteps: int, task: Task, max_seconds: fl
 
     class Stop(BaseCallback):
         def _on_step(self) -> bool:
-            return not reached(EpisodeJudge.log, task.target, task.window) and time.perf_counter() - EpisodeJudge.start < max_seconds
+            in_time = time.perf_counter() - EpisodeJudge.start < max_seconds
+            return in_time and not reached(EpisodeJudge.log, task.target, task.window)
 
     model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
     env.close()
@@ -426,8 +427,8 @@ def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1",
 
 
 def race_chart(task: Task, family: str, results: dict[str, list], directory: str) -> str:
-    """PNG of the judge's running mean of the task's window of returns against wall-clock seconds, one line per contender and
-    seed (one colour per contender), the target dashed; returns its path."""
+    """PNG of the judge's running mean of the task's window of returns against wall-clock seconds, one line per
+    contender and seed (one colour per contender), the target dashed; returns its path."""
     from pathlib import Path
 
     import matplotlib
