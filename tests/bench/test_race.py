@@ -117,6 +117,8 @@ def test_fast_ppo_learns_cartpole_in_as_many_env_steps_as_stock_ppo(ray_session)
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="not equivalent as measured on 2026-11-27: FastDQN needed fewer env steps "
+                   "(median 21,861 vs 67,386 to 200, ratio 0.32, p = 0.135); cause not found (BENCHMARKS.md)")
 def test_fast_dqn_learns_cartpole_in_as_many_env_steps_as_stock_dqn(ray_session):
     """Learning-level equivalence: ``tuned_examples/cartpole_fastdqn.yaml``'s settings (double Q, prioritized replay,
     8 envs; rl-zoo's DQN settings reach no target within minutes on either side) with 1-step returns, 5 seeds each, env
