@@ -211,8 +211,9 @@ LINEAR = ("CartPole-v1",)
 
 def zoo_in_rllib(task: "Task") -> dict:
     """rl-zoo's (SB3) PPO hyperparameters as RLlib settings: same rollout, minibatch, epochs, lr (and its linear
-    schedule), gamma, lambda, clip (RLlib has no clip schedule: constant); SB3's loss weights (value 0.5, no KL term,
-    grad-norm clip 0.5); 64-64 tanh policy and value nets."""
+    schedule), gamma, lambda, clip (RLlib has no clip schedule: constant); SB3's loss (value weight 0.5, no KL term,
+    grad-norm clip 0.5, no clipping of the value loss: SB3's ``clip_range_vf`` is None where RLlib's
+    ``vf_clip_param`` defaults to 10); 64-64 tanh policy and value nets."""
     zoo = task.zoo
     lr = zoo["learning_rate"]
     if task.env_id in LINEAR:
@@ -279,7 +280,7 @@ def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
               .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0)
               .debugging(seed=seed))
     if settings.get("sb3_loss"):
-        config = config.training(vf_loss_coeff=0.5, use_kl_loss=False, grad_clip=0.5)
+        config = config.training(vf_loss_coeff=0.5, use_kl_loss=False, grad_clip=0.5, vf_clip_param=float("inf"))
     return config
 
 

@@ -133,3 +133,17 @@ def test_fast_dqn_learns_cartpole_in_as_many_env_steps_as_stock_dqn(ray_session)
     task = dataclasses.replace(TASKS["CartPole-v1"], target=200.0, max_steps=100_000)
     settings = {**CARTPOLE_FASTDQN, "n_step": 1}
     _assert_equivalent(_env_steps_to_target("dqn", settings, task), ("FastDQN", "DQN"))
+
+
+def test_zoo_settings_map_sb3_loss_on_both_rllib_contenders():
+    """SB3's PPO loss: value weight 0.5, no KL term, grad-norm clip 0.5 and no value-loss clipping (RLlib's
+    vf_clip_param of 10 cost FastPPO 1.4x the env steps on CartPole: BENCHMARKS.md)."""
+    import math
+
+    from rl_speed.bench.race import TASKS, rllib_config, zoo_in_rllib
+
+    task = TASKS["CartPole-v1"]
+    for algo in ("fast", "stock"):
+        config = rllib_config(algo, task.env_id, zoo_in_rllib(task), seed=0)
+        assert math.isinf(config.vf_clip_param) and config.vf_loss_coeff == 0.5 and config.grad_clip == 0.5
+        assert not config.use_kl_loss
