@@ -154,10 +154,15 @@ def test_mean_std_filter_merges_under_async_sampling_from_the_states_handed_over
             algo.train()
         merged = _filter_pushes(algo.env_runner.get_state())
         assert merged >= 2 * 2 * 4 * 32  # both runners' statistics, two batches each
-        algo.train()
-        runner_pushes = algo.env_runner_group.foreach_env_runner(lambda r: _filter_pushes(r.get_state()),
-                                                                 local_env_runner=False)
-        assert all(p >= merged for p in runner_pushes)  # each runner started from the merged statistics
+        # Each runner gets the merged statistics. The broadcast is fire-and-forget, as in RLlib, and RLlib drops it
+        # for a runner with too many requests in flight, so a runner may get it an iteration or two later.
+        for _ in range(5):
+            algo.train()
+            runner_pushes = algo.env_runner_group.foreach_env_runner(lambda r: _filter_pushes(r.get_state()),
+                                                                     local_env_runner=False)
+            if all(p >= merged for p in runner_pushes):
+                break
+        assert all(p >= merged for p in runner_pushes), (runner_pushes, merged)
     finally:
         algo.stop()
 
