@@ -9,6 +9,9 @@ from ray.rllib.algorithms.ppo import PPOConfig
 
 from rl_speed.bench import atari
 
+# Loading the presets checks that their env can start.
+pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+
 SHARED = ["env", "env_config", "num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length",
           "train_batch_size_per_learner", "lr", "gamma", "grad_clip", "num_gpus_per_learner"]
 PER_ALGO = {"PPO": ["minibatch_size", "num_epochs", "lambda_", "clip_param", "entropy_coeff", "vf_loss_coeff",
