@@ -280,7 +280,8 @@ def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
               .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0)
               .debugging(seed=seed))
     if settings.get("sb3_loss"):
-        config = config.training(vf_loss_coeff=0.5, use_kl_loss=False, grad_clip=0.5, vf_clip_param=float("inf"))
+        config = config.training(vf_loss_coeff=0.5, use_kl_loss=False, grad_clip=0.5,
+                                 vf_clip_param=settings.get("vf_clip", float("inf")))
     return config
 
 
@@ -388,6 +389,35 @@ def _contenders(task: Task, family: str, max_seconds: float) -> dict[str, Callab
         f"PPO ({task.source})": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
         **({f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds)} if task.sb3 else {}),
     }
+
+
+def value_clip_ablation(repeats: int = 5, task_name: str = "CartPole-v1", max_seconds: float = 150.0) -> str:
+    """FastPPO at the task's rl-zoo settings with RLlib's default value-loss clip (``vf_clip_param`` 10) and without
+    it (SB3's loss): env steps to the target per seed and the permutation test (BENCHMARKS.md)."""
+    import ray
+    import torch
+
+    task = TASKS[task_name]
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    torch.set_num_threads(1)
+    steps: dict[str, list[float]] = {"RLlib's value-loss clip (10)": [], "no value-loss clip, as SB3": []}
+    try:
+        for seed in range(repeats):
+            for name, clip in zip(steps, (10.0, float("inf"))):
+                log = run_rllib("fast", task, {**zoo_in_rllib(task), "vf_clip": clip}, seed, max_seconds)
+                hit = reached(log, task.target, task.window)
+                steps[name].append(float(hit[1] if hit else task.max_steps))
+    finally:
+        ray.shutdown()
+    (a, b) = steps.values()
+    p = permutation_p([math.log(x) for x in a], [math.log(x) for x in b])
+    return "\n".join([
+        f"FastPPO on {task.env_id}, rl-zoo settings: env steps to {task.target:g} (missed = {task.max_steps:,})",
+        "", "| value loss | env steps per seed (sorted) | median |", "|---|---|---:|",
+        *[f"| {name} | {' · '.join(f'{x:,.0f}' for x in sorted(v))} | {statistics.median(v):,.0f} |"
+          for name, v in steps.items()],
+        "", f"Two-sided exact permutation test on mean log(env steps): p = {p:.3f}.",
+    ])
 
 
 def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1", "rl_speed/Snake-v0"),

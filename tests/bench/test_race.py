@@ -147,3 +147,4 @@ def test_zoo_settings_map_sb3_loss_on_both_rllib_contenders():
         config = rllib_config(algo, task.env_id, zoo_in_rllib(task), seed=0)
         assert math.isinf(config.vf_clip_param) and config.vf_loss_coeff == 0.5 and config.grad_clip == 0.5
         assert not config.use_kl_loss
+        assert rllib_config(algo, task.env_id, {**zoo_in_rllib(task), "vf_clip": 10.0}, 0).vf_clip_param == 10.0
