@@ -16,13 +16,12 @@ independent of RLlib's per-iteration ``episode_return_mean``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import load_policy_module, machine
+from rl_speed.bench.common import Policy, load_policy_module, machine, random_policy
 
-Policy = Callable[[np.ndarray], np.ndarray]  # [N, 84, 84, C] uint8 -> [N] actions
 
 
 def play(policy: Policy, num_envs: int, env_config: dict, seed: int = 1000) -> np.ndarray:
@@ -68,11 +67,10 @@ def module_policy(module: Any, mode: str, seed: int = 0) -> Policy:
 
 def evaluate(module: Any, env_config: dict, episodes: int) -> dict[str, np.ndarray]:
     """Returns per policy: ``greedy``, ``sampled`` (modules with distribution inputs only), ``random``."""
-    rng = np.random.default_rng(0)
     results = {"greedy": play(module_policy(module, "greedy"), episodes, env_config)}
     if not hasattr(module, "compute_q_values"):  # a policy-gradient module: also as it acted in training
         results["sampled"] = play(module_policy(module, "sample"), episodes, env_config)
-    results["random"] = play(lambda obs: rng.integers(0, module.action_space.n, len(obs)), episodes, env_config)
+    results["random"] = play(random_policy(module.action_space.n), episodes, env_config)
     return results
 
 

@@ -145,3 +145,15 @@ def load_policy_module(checkpoint: Any) -> tuple[Any, dict]:
     with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
         config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # (args, kwargs) -> args -> the config's state dict
     return RLModule.from_checkpoint(module_dir), dict(config.get("env_config", {}))
+
+
+#: A batch of observations ``[N, ...]`` -> ``[N]`` actions (the policy benches' players).
+Policy = Callable[[Any], Any]
+
+
+def random_policy(num_actions: int, seed: int = 0) -> Policy:
+    """Uniformly random actions, one per observation in the batch."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return lambda obs: rng.integers(0, num_actions, len(obs))

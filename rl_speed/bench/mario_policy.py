@@ -13,14 +13,11 @@ policies play the game the policy was trained on.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import numpy as np
 import torch
 
-from rl_speed.bench.common import load_policy_module, machine
-
-Policy = Callable[[np.ndarray], np.ndarray]  # [N, 84, 84, 4] uint8 -> [N] actions
+from rl_speed.bench.common import Policy, load_policy_module, machine, random_policy
 
 
 def play(policy: Policy, episodes: int, env_config: dict, num_envs: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
@@ -56,11 +53,6 @@ def play(policy: Policy, episodes: int, env_config: dict, num_envs: int = 4, see
     finally:
         for env in envs:
             env.close()
-
-
-def random_policy(num_actions: int, seed: int = 0) -> Policy:
-    rng = np.random.default_rng(seed)
-    return lambda obs: rng.integers(0, num_actions, len(obs))
 
 
 def epsilon_greedy(module: torch.nn.Module, epsilon: float, seed: int = 0) -> Policy:

@@ -299,6 +299,14 @@ def run_rllib(algo: str, task: Task, settings: dict, seed: int, max_seconds: flo
     return list(EpisodeJudge.log)
 
 
+def env_steps_to_target(algo: str, task: Task, settings: dict, seed: int, max_seconds: float,
+                        family: str = "ppo") -> float:
+    """One :func:`run_rllib` run's env steps until the judge's target; ``task.max_steps`` if it missed (censored,
+    which favours neither side of a comparison)."""
+    hit = reached(run_rllib(algo, task, settings, seed, max_seconds, family), task.target, task.window)
+    return float(hit[1] if hit is not None else task.max_steps)
+
+
 def _sb3_learn(model: Any, env: Any, timesteps: int, task: Task, max_seconds: float) -> list:
     """Trains an SB3 model until the judge's target, ``max_seconds`` or ``timesteps``; returns the judge's log."""
     from stable_baselines3.common.callbacks import BaseCallback
@@ -404,9 +412,8 @@ def value_clip_ablation(repeats: int = 5, task_name: str = "CartPole-v1", max_se
     try:
         for seed in range(repeats):
             for name, clip in zip(steps, (10.0, float("inf"))):
-                log = run_rllib("fast", task, {**zoo_in_rllib(task), "vf_clip": clip}, seed, max_seconds)
-                hit = reached(log, task.target, task.window)
-                steps[name].append(float(hit[1] if hit else task.max_steps))
+                settings = {**zoo_in_rllib(task), "vf_clip": clip}
+                steps[name].append(env_steps_to_target("fast", task, settings, seed, max_seconds))
     finally:
         ray.shutdown()
     (a, b) = steps.values()

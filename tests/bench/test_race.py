@@ -82,14 +82,13 @@ def _env_steps_to_target(family: str, settings: dict, task, seeds: int = 5) -> d
     side). The time limit is generous so that the step cap is what ends a run that misses."""
     import torch
 
-    from rl_speed.bench.race import run_rllib
+    from rl_speed.bench.race import env_steps_to_target
 
     torch.set_num_threads(1)
     steps = {"fast": [], "stock": []}
     for seed in range(seeds):
         for algo in steps:
-            hit = reached(run_rllib(algo, task, settings, seed, max_seconds=900, family=family), task.target)
-            steps[algo].append(float(hit[1] if hit is not None else task.max_steps))
+            steps[algo].append(env_steps_to_target(algo, task, settings, seed, max_seconds=900, family=family))
     return steps
 
 
