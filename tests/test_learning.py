@@ -180,14 +180,12 @@ def test_mario_cpu_preset_gets_clearly_further_than_random_on_1_1(tmp_path, cli_
     """The CPU tuned example, for the time its YAML states, then its final checkpoint against random actions on the
     real emulator (epsilon-greedy with the preset's final epsilon, 32 episodes each)."""
     pytest.importorskip("gym_super_mario_bros", reason="needs the [mario] extra: python3 tasks.py mario-setup")
-    from rl_speed.bench.common import load_policy_module
     from rl_speed.bench.mario_policy import compare
 
     seconds = yaml.safe_load(open(ROOT / "tuned_examples" / "mario_dqn.yaml"))["mario-dqn"]["stop"]["time_total_s"]
     train_tuned_example("mario_dqn", {}, tmp_path, cli_env, timeout=seconds + 600)
     (checkpoint,) = sorted(tmp_path.glob("mario-dqn/*/checkpoint_*"))[-1:]
-    module, env_config = load_policy_module(checkpoint)
-    results = compare(module, env_config, episodes=32)
+    results = compare(str(checkpoint), episodes=32, workers=2)
     random_x, trained_x = results["random"]["x_pos"].mean(), results["trained"]["x_pos"].mean()
     random_return, trained_return = results["random"]["returns"].mean(), results["trained"]["returns"].mean()
     print(f"Mario 1-1 after {seconds} s: mean final x {trained_x:.0f} (random {random_x:.0f}), mean return "

@@ -12,6 +12,9 @@ policies play the game the policy was trained on.
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
 import time
 
 import numpy as np
@@ -72,18 +75,38 @@ def epsilon_greedy(module: torch.nn.Module, epsilon: float, seed: int = 0) -> Po
     return act
 
 
-def compare(module: torch.nn.Module, env_config: dict, episodes: int, epsilon: float = 0.05,
-            seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
-    return {"random": play(random_policy(module.action_space.n, seed), episodes, env_config, seed=seed),
-            "trained": play(epsilon_greedy(module, epsilon, seed), episodes, env_config, seed=seed)}
+def _play_share(checkpoint: str, policy_name: str, episodes: int, epsilon: float, seed: int) -> dict[str, np.ndarray]:
+    """One worker process's share: loads the checkpoint itself (a module is not sent between processes)."""
+    torch.set_num_threads(1)
+    module, env_config = load_policy_module(checkpoint)
+    policy = (random_policy(module.action_space.n, seed) if policy_name == "random"
+              else epsilon_greedy(module, epsilon, seed))
+    return play(policy, episodes, env_config, num_envs=min(4, episodes), seed=seed)
+
+
+def compare(checkpoint: str, episodes: int, epsilon: float = 0.05, workers: int = 1) -> dict[str, dict[str, np.ndarray]]:
+    """Both policies' ``episodes`` episodes, split over ``workers`` processes (the emulator is single-threaded, so
+    one process plays about 100 steps/s). Worker k's episodes start from seeds that no other worker uses, so the
+    split changes which seeds are played only through the epsilon draws."""
+    shares = [episodes // workers + (k < episodes % workers) for k in range(workers)]
+    seeds = np.cumsum([0, *shares[:-1]]).tolist()
+    results = {}
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for name in ("random", "trained"):
+            parts = list(pool.map(_play_share, *zip(*[(checkpoint, name, n, epsilon, seed)
+                                                       for n, seed in zip(shares, seeds) if n > 0])))
+            results[name] = {key: np.concatenate([part[key] for part in parts]) for key in ("returns", "x_pos")}
+    return results
 
 
 def run(repeats: int = 16, device: str = "cpu", checkpoint: str | None = None, epsilon: float = 0.05) -> str:
-    """``repeats`` is the number of episodes per policy."""
+    """``repeats`` is the number of episodes per policy, played on one process per core (at most one per 4
+    episodes)."""
     if checkpoint is None:
         raise ValueError("mario-policy needs --checkpoint DIR (a checkpoint folder printed by `rl-speed train`).")
-    module, env_config = load_policy_module(checkpoint)
-    results = compare(module, env_config, repeats, epsilon)
+    _, env_config = load_policy_module(checkpoint)  # fails here, in this process, on a folder that is no checkpoint
+    workers = max(1, min(len(os.sched_getaffinity(0)), repeats // 4))
+    results = compare(str(checkpoint), repeats, epsilon, workers)
     rows = [f"| {name} | {r['returns'].mean():,.0f} | {np.median(r['returns']):,.0f} | {r['x_pos'].mean():,.0f} | "
             f"{np.median(r['x_pos']):,.0f} | {r['x_pos'].max():,} |" for name, r in results.items()]
     return "\n".join([
@@ -91,7 +114,7 @@ def run(repeats: int = 16, device: str = "cpu", checkpoint: str | None = None, e
         "",
         f"Command: `rl-speed bench mario-policy --checkpoint {checkpoint} --repeats {repeats}` · machine: "
         f"{machine()} · date: {time.strftime('%Y-%m-%d')} · env_config {env_config} · {repeats} episodes per "
-        f"policy · trained policy epsilon-greedy with epsilon {epsilon}.",
+        f"policy on {workers} processes · trained policy epsilon-greedy with epsilon {epsilon}.",
         "",
         "| policy | mean return | median return | mean final x | median final x | best final x |",
         "|---|---:|---:|---:|---:|---:|",

@@ -56,3 +56,16 @@ def test_both_policies_play_whole_episodes_on_the_emulator():
         results = play(policy, episodes=3, env_config=config, num_envs=2)
         assert len(results["returns"]) == len(results["x_pos"]) == 3
         assert np.isfinite(results["returns"]).all() and (results["x_pos"] > 0).all()
+
+
+def test_episodes_split_over_worker_processes(tmp_path):
+    """Each worker process loads the checkpoint and plays its share of the episodes from seeds no other uses."""
+    pytest.importorskip("gym_super_mario_bros", reason="needs the [mario] extra")
+    from rl_speed.bench.mario_policy import compare
+
+    _module().save_to_path(tmp_path / "learner_group" / "learner" / "rl_module" / "default_policy")
+    with open(tmp_path / "class_and_ctor_args.pkl", "wb") as f:
+        pickle.dump({"class": None, "ctor_args_and_kwargs": (({"env_config": {"max_steps": 20}},), {})}, f)
+    results = compare(str(tmp_path), episodes=5, workers=2)
+    for name in ("random", "trained"):
+        assert len(results[name]["returns"]) == len(results[name]["x_pos"]) == 5
