@@ -52,6 +52,7 @@ NUM_ACTIONS = 7
 NUM_PLANES = 5
 _DY = np.array([-1, 0, 1, 0], dtype=np.int64)  # orientation 0 up, 1 right, 2 down, 3 left
 _DX = np.array([0, 1, 0, -1], dtype=np.int64)
+_DY_LIST, _DX_LIST = _DY.tolist(), _DX.tolist()
 OBSERVATIONS = ("flat", "planes")
 
 
@@ -158,6 +159,10 @@ class GridArena:
         self.frozen = np.zeros(cfg.num_agents, np.int64)
         self.steps = 0
         self.ore_harvested = 0  # lifetime of this episode; conservation: harvested == held + hearts * ore_per_heart
+        r = cfg.view // 2
+        self._planes = np.zeros((NUM_PLANES, cfg.height + 2 * r, cfg.width + 2 * r), np.uint8)
+        self._planes[0] = 1  # outside the map reads as wall
+        self._windows = np.lib.stride_tricks.sliding_window_view(self._planes, (cfg.view, cfg.view), axis=(1, 2))
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         if seed is not None:
@@ -174,55 +179,60 @@ class GridArena:
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, bool, bool]:
         cfg = self.cfg
-        actions = _check_actions(actions, cfg.num_agents)
-        rewards = np.zeros(cfg.num_agents, np.float32)
-        occupant = {(int(self.y[a]), int(self.x[a])): a for a in range(cfg.num_agents)}
+        actions = _check_actions(actions, cfg.num_agents).tolist()
+        # The agent loop runs on Python lists (numpy scalar reads and writes cost several times more); the arrays are
+        # written back after it.
+        y, x, orientation = self.y.tolist(), self.x.tolist(), self.orientation.tolist()
+        ore, hearts, frozen = self.ore.tolist(), self.hearts.tolist(), self.frozen.tolist()
+        objects, cooldown = self.objects, self.cooldown
+        rewards = [0.0] * cfg.num_agents
+        occupant = {(y[a], x[a]): a for a in range(cfg.num_agents)}
         for a in range(cfg.num_agents):
-            if self.frozen[a] > 0:
-                self.frozen[a] -= 1
+            if frozen[a] > 0:
+                frozen[a] -= 1
                 continue
-            act, o = int(actions[a]), int(self.orientation[a])
-            ty, tx = int(self.y[a] + _DY[o]), int(self.x[a] + _DX[o])
-            target = int(self.objects[ty, tx])
+            act, o = actions[a], orientation[a]
+            ty, tx = y[a] + _DY_LIST[o], x[a] + _DX_LIST[o]
+            target = int(objects[ty, tx])
             if act == ROTATE_LEFT:
-                self.orientation[a] = (o + 3) % 4
+                orientation[a] = (o + 3) % 4
             elif act == ROTATE_RIGHT:
-                self.orientation[a] = (o + 1) % 4
+                orientation[a] = (o + 1) % 4
             elif act == MOVE and target == EMPTY and (ty, tx) not in occupant:
-                del occupant[(int(self.y[a]), int(self.x[a]))]
+                del occupant[(y[a], x[a])]
                 occupant[(ty, tx)] = a
-                self.y[a], self.x[a] = ty, tx
-            elif (act == PICK_UP and target == MINE and self.cooldown[ty, tx] == 0
-                  and self.ore[a] < cfg.ore_capacity):
-                self.ore[a] += 1
+                y[a], x[a] = ty, tx
+            elif act == PICK_UP and target == MINE and cooldown[ty, tx] == 0 and ore[a] < cfg.ore_capacity:
+                ore[a] += 1
                 self.ore_harvested += 1
-                self.cooldown[ty, tx] = cfg.regen_steps
+                cooldown[ty, tx] = cfg.regen_steps
                 rewards[a] += cfg.ore_reward
-            elif act == USE and target == CONVERTER and self.ore[a] >= cfg.ore_per_heart:
-                self.ore[a] -= cfg.ore_per_heart
-                self.hearts[a] += 1
+            elif act == USE and target == CONVERTER and ore[a] >= cfg.ore_per_heart:
+                ore[a] -= cfg.ore_per_heart
+                hearts[a] += 1
                 rewards[a] += cfg.heart_reward
             elif act == ATTACK and (ty, tx) in occupant:
                 b = occupant[(ty, tx)]
-                if self.frozen[b] == 0:
-                    self.frozen[b] = cfg.freeze_steps
-                    if self.ore[b] > 0 and self.ore[a] < cfg.ore_capacity:
-                        self.ore[b] -= 1
-                        self.ore[a] += 1
+                if frozen[b] == 0:
+                    frozen[b] = cfg.freeze_steps
+                    if ore[b] > 0 and ore[a] < cfg.ore_capacity:
+                        ore[b] -= 1
+                        ore[a] += 1
+        self.y, self.x, self.orientation = np.array(y), np.array(x), np.array(orientation)
+        self.ore, self.hearts, self.frozen = np.array(ore), np.array(hearts), np.array(frozen)
         np.subtract(self.cooldown, 1, out=self.cooldown, where=self.cooldown > 0)
         self.steps += 1
-        return self.observe(), rewards, False, self.steps >= cfg.max_steps
+        return self.observe(), np.array(rewards, np.float32), False, self.steps >= cfg.max_steps
 
     def observe(self) -> np.ndarray:
         cfg, r = self.cfg, self.cfg.view // 2
-        planes = np.zeros((NUM_PLANES, cfg.height + 2 * r, cfg.width + 2 * r), np.uint8)
-        planes[0] = 1  # outside the map reads as wall
-        inner = planes[:, r:r + cfg.height, r:r + cfg.width]
+        inner = self._planes[:, r:r + cfg.height, r:r + cfg.width]  # the border keeps reading as wall
         inner[0] = self.objects == WALL
         inner[1] = (self.objects == MINE) & (self.cooldown == 0)
         inner[2] = self.objects == CONVERTER
+        inner[3] = 0
         inner[3, self.y, self.x] = self.orientation + 1
-        views = np.stack([planes[:, y:y + cfg.view, x:x + cfg.view] for y, x in zip(self.y, self.x)])
+        views = self._windows[:, self.y, self.x].transpose(1, 0, 2, 3)  # [A, planes, view, view], one gather
         views[:, 4, r, r] = np.minimum(self.ore, 255)
         return _encode(cfg, views)
 

@@ -199,6 +199,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         agents, a = self._agents, len(self._agents)
         lanes = slice(i * a, (i + 1) * a)
         self._env_len[i] += 1
+        if self._plain_step(result, acting, lanes, columns, t):
+            return False
         term_all, trunc_all = bool(terminateds.get("__all__")), bool(truncateds.get("__all__"))
         # A reward for an agent that did not act waits for its next action (RLlib's episodes do the same).
         reward = np.array([rewards.get(aid, 0.0) for aid in agents], np.float64) + self._pending_reward[lanes]
@@ -234,6 +236,27 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 _write(self._obs, i * a + k, obs[agents[k]])
         self._present[lanes] = (acting & ~done) | joining
         return term_all or trunc_all
+
+    def _plain_step(self, result: tuple, acting: np.ndarray, lanes: slice, columns: Columns, t: int) -> bool:
+        """The common step, written with a few array ops: every agent acted, every one has its next observation,
+        none is done and the copy goes on. Returns False (nothing written) for any other step."""
+        obs, rewards, terminateds, truncateds, _ = result
+        agents = self._agents
+        if (len(obs) != len(agents) or any(terminateds.values()) or any(truncateds.values()) or not acting.all()
+                or not isinstance(self._obs, np.ndarray)):
+            return False
+        try:
+            stacked = np.stack([obs[aid] for aid in agents])
+        except KeyError:  # another agent set than possible_agents: the general path names the problem
+            return False
+        reward = np.array([rewards.get(aid, 0.0) for aid in agents], np.float64) + self._pending_reward[lanes]
+        self._pending_reward[lanes] = 0.0
+        columns[C.REWARDS][t, lanes] = clip_rewards(reward, self.config.clip_rewards)
+        columns[C.VALID][t, lanes] = True  # terminated / truncated stay False (the columns start zeroed)
+        self._lane_return[lanes] += reward
+        self._lane_steps[lanes] += 1
+        self._obs[lanes] = stacked
+        return True
 
     def _reset_copy(self, i: int, env: MultiAgentEnv) -> None:
         """The NEXT_STEP reset of copy ``i``: a new episode, its agents mapped to modules."""
