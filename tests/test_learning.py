@@ -45,7 +45,11 @@ def best_return(rows: list[dict]) -> float:
 
 def train_tuned_example(name: str, stop: dict, tmp_path: Path, env: dict, timeout: int = 900) -> list[dict]:
     """Runs ``rl-speed train tuned_examples/NAME.yaml`` and returns the trial's progress.csv rows."""
-    path = ROOT / "tuned_examples" / f"{name}.yaml"
+    return train_file(ROOT / "tuned_examples" / f"{name}.yaml", stop, tmp_path, env, timeout)
+
+
+def train_file(path: Path, stop: dict, tmp_path: Path, env: dict, timeout: int = 900) -> list[dict]:
+    """Runs ``rl-speed train PATH`` (one experiment) and returns the trial's progress.csv rows."""
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "rl-speed"), "train", str(path), "--stop", json.dumps(stop),
          "--storage-path", str(tmp_path), "--num-cpus", "2"],
@@ -196,3 +200,37 @@ def test_mario_cpu_preset_gets_clearly_further_than_random_on_1_1(tmp_path, cli_
 #: "clearly above random": the trained policy's mean final x-position and mean return must both beat random's by this
 #: factor (see BENCHMARKS.md, "Mario learning", for the measured values)
 MARIO_X_FACTOR = 1.3
+
+
+def atari_random_return(env_config: dict, episodes: int = 100, seed: int = 0) -> float:
+    """Mean episode return of uniformly random actions on the Atari env of ``env_config`` (8 emulators)."""
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    env = AtariVectorEnv(8, **env_config)
+    rng = np.random.default_rng(seed)
+    try:
+        return mean_return(env, lambda: rng.integers(0, env.single_action_space.n, 8), episodes, seed)
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env):
+    """The pixel path learns on this CPU: FastPPO with atari_ppo.yaml's Breakout settings (Nature CNN, uint8 frames
+    from ale-py's vector env to the module), with one change: a lost life ends the episode (``episodic_life``, as
+    CleanRL's Atari PPO), so a return is the bricks of one life and there are many episodes in a short run. Judged
+    against random actions on the same env; the mean of the last 5 iterations' returns."""
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: pip install -e '.[atari]'")
+    experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "atari_ppo.yaml"))["breakout-fastppo"]
+    experiment["config"]["env_config"]["episodic_life"] = True
+    path = tmp_path / "breakout.yaml"
+    path.write_text(yaml.safe_dump({"breakout": experiment}))
+    baseline = atari_random_return(experiment["config"]["env_config"])
+    rows = train_file(path, {"time_total_s": 150}, tmp_path, cli_env)
+    returns = [float(r["env_runners/episode_return_mean"]) for r in rows
+               if r["env_runners/episode_return_mean"] not in ("", "nan")]
+    final = float(np.mean(returns[-5:]))
+    print(f"Breakout (a life per episode): random actions {baseline:.3f}, FastPPO after 150 s {final:.3f} "
+          f"({rows[-1]['num_env_steps_sampled_lifetime']} env steps)")
+    assert baseline < 0.25
+    assert final > 3 * baseline and final > 0.4
