@@ -215,6 +215,7 @@ def atari_random_return(env_config: dict, episodes: int = 100, seed: int = 0) ->
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env):
     """The pixel path learns on this CPU: FastPPO with atari_ppo.yaml's Breakout settings (Nature CNN, uint8 frames
     from ale-py's vector env to the module), with one change: a lost life ends the episode (``episodic_life``, as

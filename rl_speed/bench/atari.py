@@ -14,6 +14,7 @@ presets (BENCHMARKS.md), not from this benchmark.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,11 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0) -> str:
             name, fast = preset(algo, device, cpus)
             check_env_installed(fast.env)
             warmup = warmup_iterations(algo, fast)
-            fast_rate = timed_run(fast, seconds, warmup)["rate"]
-            stock_rate = timed_run(stock_config(algo, fast), seconds, warmup)["rate"]
+            fast_rates, stock_rates = [], []
+            for _ in range(repeats):  # interleaved, so drift on the box hits both sides alike
+                fast_rates.append(timed_run(fast, seconds, warmup)["rate"])
+                stock_rates.append(timed_run(stock_config(algo, fast), seconds, warmup)["rate"])
+            fast_rate, stock_rate = statistics.median(fast_rates), statistics.median(stock_rates)
             names.append(f"`{name}` ({fast.num_env_runners} runners x {fast.num_envs_per_env_runner} envs)")
             rows.append(f"| {algo} | {fast_rate:,.0f} | {stock_rate:,.0f} | {fast_rate / stock_rate:.1f}x |")
     finally:
@@ -113,9 +117,10 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0) -> str:
     return "\n".join([
         "### Atari: FastPPO and FastDQN GPU presets vs stock PPO and DQN (env steps/s)",
         "",
-        f"Command: `rl-speed bench atari --device {device}` · machine: {machine()} · CPUs usable: {cpus} · date: "
+        f"Command: `rl-speed bench atari --device {device} --repeats {repeats}` · machine: {machine()} · "
+        f"CPUs usable: {cpus} · date: "
         f"{time.strftime('%Y-%m-%d')} · experiments {', '.join(names)} · each run {seconds:.0f} s after its warm-up "
-        "(two iterations, for DQN also until learning starts).",
+        f"(two iterations, for DQN also until learning starts); median of {repeats} interleaved runs per side.",
         "",
         "| algorithm | rl_speed (vector form) env steps/s | stock RLlib (scalar form) env steps/s | rl_speed / stock |",
         "|---|---:|---:|---:|",
