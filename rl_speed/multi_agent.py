@@ -44,15 +44,16 @@ class GridArenaMultiAgentEnv(MultiAgentEnv):
 
     @override(MultiAgentEnv)
     def step(self, action_dict: dict) -> tuple[dict, dict, dict, dict, dict]:
-        missing = [aid for aid in self.agents if aid not in action_dict]
-        if missing:
+        try:
+            actions = [action_dict[aid] for aid in self.agents]
+        except KeyError:
+            missing = [aid for aid in self.agents if aid not in action_dict]
             raise ValueError(f"GridArena: every agent acts every step; no action for {missing[:5]}"
-                             f"{'...' if len(missing) > 5 else ''}.")
-        obs, rewards, terminated, truncated = self.arena.step([action_dict[aid] for aid in self.agents])
-        done = {aid: terminated for aid in self.agents}
-        cut = {aid: truncated for aid in self.agents}
-        return (dict(zip(self.agents, obs)), dict(zip(self.agents, rewards.tolist())),
-                {**done, "__all__": terminated}, {**cut, "__all__": truncated}, {})
+                             f"{'...' if len(missing) > 5 else ''}.") from None
+        obs, rewards, terminated, truncated = self.arena.step(actions)
+        done, cut = dict.fromkeys(self.agents, terminated), dict.fromkeys(self.agents, truncated)
+        done["__all__"], cut["__all__"] = terminated, truncated
+        return dict(zip(self.agents, obs)), dict(zip(self.agents, rewards.tolist())), done, cut, {}
 
 
 class MettaGridMultiAgentEnv(ParallelPettingZooEnv):

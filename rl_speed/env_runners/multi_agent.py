@@ -165,19 +165,23 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         }
         runners = self.config.num_env_runners or 1
         env_steps = episodes = 0
+        agents = self._agents
         for t in range(steps):
             _write(columns[C.OBS], t, self._obs)
             columns[C.MODULE][t] = self._module
             acting = self._present & ~np.repeat(self._resetting, a)
             actions = self._act(columns, t, acting, explore, random_actions,
                                 self.num_env_steps_sampled_lifetime + t * n * runners)
+            flat = list(actions) if isinstance(actions, np.ndarray) else None  # per-lane scalars, read once
             for i, env in enumerate(self._envs):
                 base = i * a
                 if self._resetting[i]:
                     self._reset_copy(i, env)
                     continue
-                if isinstance(actions, np.ndarray):  # the common case, without tree's per-agent cost
-                    action_dict = {aid: actions[base + k] for k, aid in enumerate(self._agents) if acting[base + k]}
+                if flat is not None and acting[base:base + a].all():  # the common case: everyone acts
+                    action_dict = dict(zip(agents, flat[base:base + a]))
+                elif flat is not None:
+                    action_dict = {aid: flat[base + k] for k, aid in enumerate(agents) if acting[base + k]}
                 else:
                     action_dict = {aid: tree.map_structure(lambda x, k=base + k: x[k], actions)
                                    for k, aid in enumerate(self._agents) if acting[base + k]}
@@ -246,7 +250,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 or not isinstance(self._obs, np.ndarray)):
             return False
         try:
-            stacked = np.stack([obs[aid] for aid in agents])
+            rows = [obs[aid] for aid in agents]
         except KeyError:  # another agent set than possible_agents: the general path names the problem
             return False
         reward = np.array([rewards.get(aid, 0.0) for aid in agents], np.float64) + self._pending_reward[lanes]
@@ -255,7 +259,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         columns[C.VALID][t, lanes] = True  # terminated / truncated stay False (the columns start zeroed)
         self._lane_return[lanes] += reward
         self._lane_steps[lanes] += 1
-        self._obs[lanes] = stacked
+        self._obs[lanes] = rows  # one copy from the list (np.stack first would copy twice and cost more)
         return True
 
     def _reset_copy(self, i: int, env: MultiAgentEnv) -> None:
