@@ -129,7 +129,12 @@ def makes_multi_agent_env(config: Any) -> bool:
     if isinstance(env, type):
         return issubclass(env, MultiAgentEnv)
     if isinstance(env, str) and env not in ENVIRONMENTS and _global_registry.contains(ENV_CREATOR, env):
-        probe = make_probe_env(config)
+        if str(config.gym_env_vectorize_mode).lower().endswith("vector_entry_point"):
+            # The runners call the creator for a vector env (env_config | {"num_envs": N}); probe what they get.
+            probe = _global_registry.get(ENV_CREATOR, env)({**config.env_config,
+                                                            "num_envs": config.num_envs_per_env_runner})
+        else:
+            probe = make_probe_env(config)
         try:
             return isinstance(getattr(probe, "unwrapped", probe), MultiAgentEnv)
         finally:

@@ -44,6 +44,7 @@ def test_grid_arena_task_runs_both_rllib_contenders_on_the_batched_form():
         assert config.gym_env_vectorize_mode == "vector_entry_point" and config.num_envs_per_env_runner == 192
         assert config.train_batch_size_per_learner == 192 * 64 and config.minibatch_size == 3072
         assert config.env_config == task.env_config and config.model_config["fcnet_hiddens"] == [128, 128]
+        config.validate()  # the judged id's single form is the MultiAgentEnv; the runners build the vector form
 
 
 def test_permutation_p():
