@@ -36,6 +36,7 @@ MODULES: dict[str, str] = {
     "q_net": "rl_speed.modules.q_net:QNetModule",
     "graph": "rl_speed.modules.graph:GraphActorCritic",
     "tokens": "rl_speed.modules.tokens:TokenActorCritic",
+    "recurrent_tokens": "rl_speed.modules.tokens:RecurrentTokenActorCritic",
     "nature": "rl_speed.modules.pixels:NatureActorCritic",
 }
 

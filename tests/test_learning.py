@@ -130,19 +130,41 @@ def test_grid_arena_fastppo_well_above_random_within_150_seconds(tmp_path, cli_e
     assert final > 2 * baseline and final > 0.2
 
 
+def mettagrid_random_return(env_config: dict) -> float:
+    """Mean return per agent-episode of uniformly random actions in the MettaGrid arena of ``env_config``."""
+    from rl_speed_envs.mettagrid import MettaGridVectorEnv
+
+    rng = np.random.default_rng(0)
+    return mean_return(MettaGridVectorEnv(num_envs=128, **env_config), lambda: rng.integers(0, 5, 128), 500)
+
+
 @pytest.mark.slow
 def test_mettagrid_fastppo_well_above_random_within_90_seconds(tmp_path, cli_env):
     """The laptop MettaGrid example (real mettagrid, token module) against random play in the same arena."""
     pytest.importorskip("mettagrid", reason="the [mettagrid] extra is not installed")
-    from rl_speed_envs.mettagrid import MettaGridVectorEnv
-
     config = yaml.safe_load(open(ROOT / "tuned_examples" / "mettagrid_ppo.yaml"))["mettagrid-ppo"]["config"]
-    rng = np.random.default_rng(0)
-    env = MettaGridVectorEnv(num_envs=128, **config["env_config"])
-    baseline = mean_return(env, lambda: rng.integers(0, 5, 128), 500)
+    baseline = mettagrid_random_return(config["env_config"])
     rows = train_tuned_example("mettagrid_ppo", {"time_total_s": 90}, tmp_path, cli_env)
     final = best_return(rows[-5:])
     print(f"MettaGrid: random policy {baseline:.2f} per agent-episode, FastPPO after 90 s {final:.2f}")
+    assert final > 2 * baseline
+
+
+@pytest.mark.slow
+def test_mettagrid_recurrent_token_module_well_above_random_within_90_seconds(tmp_path, cli_env):
+    """The laptop MettaGrid example with the LSTM token module (``rl_module: recurrent_tokens``) trained by
+    truncated BPTT over 16-step chunks, against random play in the same arena."""
+    pytest.importorskip("mettagrid", reason="the [mettagrid] extra is not installed")
+    experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "mettagrid_ppo.yaml"))["mettagrid-ppo"]
+    experiment["config"].update(rl_module="recurrent_tokens", bptt_horizon=16)
+    experiment["config"]["model_config"]["lstm_cell_size"] = 64
+    path = tmp_path / "mettagrid_lstm.yaml"
+    path.write_text(yaml.safe_dump({"mettagrid-lstm": experiment}))
+    baseline = mettagrid_random_return(experiment["config"]["env_config"])
+    rows = train_file(path, {"time_total_s": 90}, tmp_path, cli_env)
+    final = best_return(rows[-5:])
+    print(f"MettaGrid, LSTM token module: random policy {baseline:.2f} per agent-episode, FastPPO after 90 s "
+          f"{final:.2f}")
     assert final > 2 * baseline
 
 

@@ -1,7 +1,9 @@
 """RecurrentActorCritic: an LSTM actor-critic RLModule for FastPPO, trained with truncated BPTT on column chunks.
 
 Network: observation (flattened, cast to float on the module's device) -> MLP (``fcnet_hiddens``, tanh) -> LSTM cell
-(``lstm_cell_size``) -> linear policy head and linear value head, both on the LSTM output (shared trunk).
+(``lstm_cell_size``) -> linear policy head and linear value head, both on the LSTM output (shared trunk). Subclasses
+swap the encoder under the LSTM (:meth:`RecurrentActorCritic.build_encoder`, :meth:`RecurrentActorCritic.encode`;
+e.g. MettaGrid's tokens, :class:`rl_speed.modules.tokens.RecurrentTokenActorCritic`).
 
 Two input layouts, one forward:
 
@@ -43,11 +45,8 @@ class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
     @override(TorchRLModule)
     def setup(self) -> None:
         cfg = self.model_config or {}
-        space = self.observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise ValueError(f"RecurrentActorCritic: observations must be a Box, got {space}.")
-        self._obs_dims = len(space.shape)
-        self.encoder, width = mlp(int(np.prod(space.shape)), list(cfg.get("fcnet_hiddens", [64])), "tanh")
+        self._obs_dims = len(getattr(self.observation_space, "shape", None) or ())
+        self.encoder, width = self.build_encoder(cfg)
         self.cell_size = int(cfg.get("lstm_cell_size", 64))
         self.lstm = nn.LSTMCell(width, self.cell_size)
         action = self.action_space
@@ -60,6 +59,18 @@ class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
         self.pi = nn.Linear(self.cell_size, outputs)
         self.vf = nn.Linear(self.cell_size, 1)
 
+    def build_encoder(self, cfg: dict) -> tuple[nn.Module, int]:
+        """The per-step encoder under the LSTM and its output width: an MLP over the flattened observation.
+        Subclasses with other observations override it and :meth:`encode`."""
+        space = self.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"RecurrentActorCritic: observations must be a Box, got {space}.")
+        return mlp(int(np.prod(space.shape)), list(cfg.get("fcnet_hiddens", [64])), "tanh")
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[R, *observation shape]`` -> ``[R, width]`` (one row per step)."""
+        return self.encoder(obs.reshape(obs.shape[0], -1).float())
+
     @override(TorchRLModule)
     def get_initial_state(self) -> dict:
         return {"h": torch.zeros(self.cell_size), "c": torch.zeros(self.cell_size)}
@@ -71,12 +82,12 @@ class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
         h, c = state["h"], state["c"]
         sequences = obs.dim() == self._obs_dims + 2
         if not sequences:  # one step per row
-            x = self.encoder(obs.reshape(obs.shape[0], -1).float())
+            x = self.encode(obs)
             h, c = self.lstm(x, (h, c))
             return {Columns.ACTION_DIST_INPUTS: self.pi(h), Columns.EMBEDDINGS: h,
                     Columns.STATE_OUT: {"h": h, "c": c}}
         b, length = obs.shape[:2]
-        x = self.encoder(obs.reshape(b * length, -1).float()).reshape(b, length, -1)
+        x = self.encode(obs.reshape(b * length, *obs.shape[2:])).reshape(b, length, -1)
         keep = (~batch[IS_FIRST]).float() if IS_FIRST in batch else torch.ones(b, length, device=obs.device)
         outputs = []
         for t in range(length):  # L small steps; the encoder and heads run once over all B * L rows

@@ -15,6 +15,9 @@ own backward: every batch repeats the same few thousand (feature, location) rows
 torch.profiler on the MettaGrid GPU preset, 2026-11-27).
 
 model_config: ``token_dim`` (default 32), ``fcnet_hiddens`` (default [256]).
+
+:class:`RecurrentTokenActorCritic` puts the same encoder under an LSTM (``rl_module: recurrent_tokens``, FastPPO's
+truncated BPTT over ``bptt_horizon`` steps).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ray.rllib.utils.annotations import override
 
 from rl_speed.modules.actor_critic import CategoricalActorCritic
 from rl_speed.modules.layers import mlp
+from rl_speed.modules.recurrent import RecurrentActorCritic
 
 EMPTY = 255
 
@@ -54,34 +58,76 @@ class _TokenBagSum(torch.autograd.Function):
         return grad_weight.index_add_(0, index, per_token.to(ctx.table_dtype)), None, None, None
 
 
+def check_token_space(space: gym.Space, name: str) -> None:
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 2 and space.shape[1] == 3
+            and space.dtype == "uint8"):
+        raise ValueError(f"{name}: observations must be uint8 tokens of shape [N, 3], got {space}.")
+
+
+def token_tables(dim: int) -> tuple[nn.Embedding, nn.Embedding]:
+    """The presence and magnitude tables, rows ``feature * 256 + location``."""
+    tables = nn.Embedding(256 * 256, dim), nn.Embedding(256 * 256, dim)
+    with torch.no_grad():
+        for table in tables:
+            table.weight.normal_(0.0, 1.0 / dim ** 0.5)
+    return tables
+
+
+def token_features(presence: nn.Embedding, magnitude: nn.Embedding, obs: torch.Tensor) -> torch.Tensor:
+    """``[B, N, 3]`` uint8 tokens -> ``[B, dim]``: the tables' rows of the present tokens, summed and divided by the
+    number of present tokens (see the module docstring)."""
+    tokens = obs.long()
+    present = tokens[..., 0] != EMPTY  # [B, N]
+    positions = torch.arange(1, present.shape[1] + 1, device=present.device)
+    n = max(1, int((present * positions).amax())) if present.numel() else 1  # last present slot of the batch
+    tokens, present = tokens[:, :n], present[:, :n].float()
+    location, feature, value = tokens.unbind(-1)
+    index = (feature * 256 + location).reshape(-1)
+    grid = (_TokenBagSum.apply(presence.weight, index, present.reshape(-1), n)
+            + _TokenBagSum.apply(magnitude.weight, index, (present * value.float() / 255.0).reshape(-1), n))
+    return grid / present.sum(1, keepdim=True).clamp(min=1.0)
+
+
 class TokenActorCritic(CategoricalActorCritic):
     """See the module docstring."""
 
     @override(TorchRLModule)
     def setup(self) -> None:
-        obs = self.observation_space
-        if not (isinstance(obs, gym.spaces.Box) and len(obs.shape) == 2 and obs.shape[1] == 3
-                and obs.dtype == "uint8"):
-            raise ValueError(f"TokenActorCritic: observations must be uint8 tokens of shape [N, 3], got {obs}.")
+        check_token_space(self.observation_space, "TokenActorCritic")
         cfg = self.model_config or {}
         dim = int(cfg.get("token_dim", 32))
-        self.presence = nn.Embedding(256 * 256, dim)  # row feature * 256 + location
-        self.magnitude = nn.Embedding(256 * 256, dim)
-        with torch.no_grad():
-            for table in (self.presence, self.magnitude):
-                table.weight.normal_(0.0, 1.0 / dim ** 0.5)
+        self.presence, self.magnitude = token_tables(dim)
         self.trunk, width = mlp(dim, list(cfg.get("fcnet_hiddens") or [256]), "relu")
         self.make_heads(width)
 
     @override(CategoricalActorCritic)
     def _embed(self, obs: torch.Tensor) -> torch.Tensor:
-        tokens = obs.long()
-        present = tokens[..., 0] != EMPTY  # [B, N]
-        positions = torch.arange(1, present.shape[1] + 1, device=present.device)
-        n = max(1, int((present * positions).amax())) if present.numel() else 1  # last present slot of the batch
-        tokens, present = tokens[:, :n], present[:, :n].float()
-        location, feature, value = tokens.unbind(-1)
-        index = (feature * 256 + location).reshape(-1)
-        grid = (_TokenBagSum.apply(self.presence.weight, index, present.reshape(-1), n)
-                + _TokenBagSum.apply(self.magnitude.weight, index, (present * value.float() / 255.0).reshape(-1), n))
-        return self.trunk(grid / present.sum(1, keepdim=True).clamp(min=1.0))
+        return self.trunk(token_features(self.presence, self.magnitude, obs))
+
+
+class TokenEncoder(nn.Module):
+    """The token tables and the MLP over their features (``TokenActorCritic``'s encoder, as one module)."""
+
+    def __init__(self, dim: int, hiddens: list[int]) -> None:
+        super().__init__()
+        self.presence, self.magnitude = token_tables(dim)
+        self.trunk, self.width = mlp(dim, hiddens, "relu")
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.trunk(token_features(self.presence, self.magnitude, obs))
+
+
+class RecurrentTokenActorCritic(RecurrentActorCritic):
+    """The token encoder under RecurrentActorCritic's LSTM, for FastPPO's truncated BPTT (``bptt_horizon``):
+    ``rl_module: recurrent_tokens``. model_config: ``token_dim`` (default 32), ``fcnet_hiddens`` (default [256]),
+    ``lstm_cell_size`` (default 64)."""
+
+    @override(RecurrentActorCritic)
+    def build_encoder(self, cfg: dict) -> tuple[nn.Module, int]:
+        check_token_space(self.observation_space, "RecurrentTokenActorCritic")
+        encoder = TokenEncoder(int(cfg.get("token_dim", 32)), list(cfg.get("fcnet_hiddens") or [256]))
+        return encoder, encoder.width
+
+    @override(RecurrentActorCritic)
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encoder(obs)

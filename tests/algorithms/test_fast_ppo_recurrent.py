@@ -156,3 +156,29 @@ def test_rllib_lstm_solves_the_cue_corridor(ray_session):
 def test_rllib_lstm_with_several_learners_is_refused():
     with pytest.raises(ValueError, match="use_lstm"):
         _rllib_lstm_config().learners(num_learners=2).validate()
+
+
+def test_recurrent_token_module_trains_on_mettagrid_chunks(ray_session):
+    """``rl_module: recurrent_tokens`` on the real MettaGrid: the learner's rows are BPTT chunks of token
+    observations ``[K * N, L, slots, 3]`` and an update runs."""
+    pytest.importorskip("mettagrid", reason="the [mettagrid] extra is not installed")
+    from rl_speed.modules.tokens import RecurrentTokenActorCritic
+
+    config = (FastPPOConfig()
+              .environment("rl_speed/MettaGrid-v0", env_config={"num_agents": 8, "width": 11, "height": 11,
+                                                                 "walls": 4, "altars": 8, "view": 9, "max_steps": 32})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=16, rollout_fragment_length=16)
+              .training(train_batch_size_per_learner=256, minibatch_size=128, num_epochs=1, bptt_horizon=8)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentTokenActorCritic),
+                         model_config={"token_dim": 8, "fcnet_hiddens": [16], "lstm_cell_size": 8}))
+    assert config.is_recurrent
+    algo = config.build_algo()
+    try:
+        columns = algo.env_runner.sample_columns()
+        batch = algo.learner_group._learner.compute_advantages(DEFAULT_MODULE_ID, columns)
+        obs = batch[RLlibColumns.OBS]
+        assert obs.shape[:2] == (2 * 16, 8) and obs.shape[-1] == 3 and obs.dtype == torch.uint8
+        result = algo.train()
+        assert np.isfinite(result["learners"][DEFAULT_MODULE_ID]["total_loss"])
+    finally:
+        algo.stop()

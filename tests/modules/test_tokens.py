@@ -65,3 +65,44 @@ def test_table_gradients_equal_embedding_bags_own():
     (grad_reference,) = torch.autograd.grad((reference * upstream).sum(), weight)
     torch.testing.assert_close(ours, reference)
     torch.testing.assert_close(grad_ours, grad_reference)
+
+
+def recurrent_module(slots=50):
+    from rl_speed.modules.tokens import RecurrentTokenActorCritic
+
+    return RecurrentTokenActorCritic(observation_space=gym.spaces.Box(0, 255, (slots, 3), np.uint8),
+                                     action_space=gym.spaces.Discrete(5),
+                                     model_config={"token_dim": 16, "fcnet_hiddens": [32], "lstm_cell_size": 8})
+
+
+def test_recurrent_token_chunks_equal_single_steps():
+    """A training chunk [B, L, N, 3] gives what stepping the same tokens one at a time gives, with the state reset
+    where ``is_first`` marks an episode start (the runner's rule)."""
+    from rl_speed.columns import IS_FIRST
+
+    torch.manual_seed(0)
+    net = recurrent_module()
+    b, length = 3, 4
+    obs = torch.stack([tokens(b, 50, [5, 0, 12], seed=t) for t in range(length)], dim=1)  # [B, L, N, 3]
+    is_first = torch.zeros(b, length, dtype=torch.bool)
+    is_first[1, 2] = True
+    state = {"h": torch.randn(b, 8), "c": torch.randn(b, 8)}
+    with torch.no_grad():
+        chunk = net._forward({Columns.OBS: obs, Columns.STATE_IN: state, IS_FIRST: is_first})
+        h, c, logits = state["h"], state["c"], []
+        for t in range(length):
+            keep = (~is_first[:, t:t + 1]).float()
+            out = net._forward({Columns.OBS: obs[:, t], Columns.STATE_IN: {"h": h * keep, "c": c * keep}})
+            h, c = out[Columns.STATE_OUT]["h"], out[Columns.STATE_OUT]["c"]
+            logits.append(out[Columns.ACTION_DIST_INPUTS])
+    assert chunk[Columns.ACTION_DIST_INPUTS].shape == (b, length, 5)
+    torch.testing.assert_close(chunk[Columns.ACTION_DIST_INPUTS], torch.stack(logits, dim=1))
+    torch.testing.assert_close(chunk[Columns.STATE_OUT]["h"], h)
+
+
+def test_recurrent_token_module_rejects_other_spaces():
+    from rl_speed.modules.tokens import RecurrentTokenActorCritic
+
+    with pytest.raises(ValueError, match="RecurrentTokenActorCritic: observations must be uint8 tokens"):
+        RecurrentTokenActorCritic(observation_space=gym.spaces.Box(0, 1, (4,), np.float32),
+                                  action_space=gym.spaces.Discrete(2))
