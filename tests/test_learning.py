@@ -48,6 +48,13 @@ def train_tuned_example(name: str, stop: dict, tmp_path: Path, env: dict, timeou
     return train_file(ROOT / "tuned_examples" / f"{name}.yaml", stop, tmp_path, env, timeout)
 
 
+def train_experiment(name: str, experiment: dict, stop: dict, tmp_path: Path, env: dict) -> list[dict]:
+    """Writes ``experiment`` (a tuned example's entry, changed by the test) as a one-experiment file and trains it."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({name: experiment}))
+    return train_file(path, stop, tmp_path, env)
+
+
 def train_file(path: Path, stop: dict, tmp_path: Path, env: dict, timeout: int = 900) -> list[dict]:
     """Runs ``rl-speed train PATH`` (one experiment) and returns the trial's progress.csv rows."""
     proc = subprocess.run(
@@ -158,10 +165,8 @@ def test_mettagrid_recurrent_token_module_well_above_random_within_90_seconds(tm
     experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "mettagrid_ppo.yaml"))["mettagrid-ppo"]
     experiment["config"].update(rl_module="recurrent_tokens", bptt_horizon=16)
     experiment["config"]["model_config"]["lstm_cell_size"] = 64
-    path = tmp_path / "mettagrid_lstm.yaml"
-    path.write_text(yaml.safe_dump({"mettagrid-lstm": experiment}))
     baseline = mettagrid_random_return(experiment["config"]["env_config"])
-    rows = train_file(path, {"time_total_s": 90}, tmp_path, cli_env)
+    rows = train_experiment("mettagrid-lstm", experiment, {"time_total_s": 90}, tmp_path, cli_env)
     final = best_return(rows[-5:])
     print(f"MettaGrid, LSTM token module: random policy {baseline:.2f} per agent-episode, FastPPO after 90 s "
           f"{final:.2f}")
@@ -246,10 +251,8 @@ def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env)
     pytest.importorskip("ale_py", reason="needs the [atari] extra: pip install -e '.[atari]'")
     experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "atari_ppo.yaml"))["breakout-fastppo"]
     experiment["config"]["env_config"]["episodic_life"] = True
-    path = tmp_path / "breakout.yaml"
-    path.write_text(yaml.safe_dump({"breakout": experiment}))
     baseline = atari_random_return(experiment["config"]["env_config"])
-    rows = train_file(path, {"time_total_s": 150}, tmp_path, cli_env)
+    rows = train_experiment("breakout", experiment, {"time_total_s": 150}, tmp_path, cli_env)
     returns = [float(r["env_runners/episode_return_mean"]) for r in rows
                if r["env_runners/episode_return_mean"] not in ("", "nan")]
     final = float(np.mean(returns[-5:]))

@@ -89,7 +89,8 @@ def token_features(presence: nn.Embedding, magnitude: nn.Embedding, obs: torch.T
 
 
 class TokenActorCritic(CategoricalActorCritic):
-    """See the module docstring."""
+    """See the module docstring. (It holds its tables and trunk itself rather than a :class:`TokenEncoder`, so the
+    parameter names of its existing checkpoints stay valid.)"""
 
     @override(TorchRLModule)
     def setup(self) -> None:
