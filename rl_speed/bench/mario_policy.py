@@ -127,6 +127,9 @@ def run(repeats: int = 16, device: str = "cpu", checkpoint: str | None = None, e
     episodes)."""
     if checkpoint is None:
         raise ValueError("mario-policy needs --checkpoint DIR (a checkpoint folder printed by `rl-speed train`).")
+    if device != "cpu":  # the emulator bounds it; each worker acts with its own CPU copy of the module
+        raise ValueError(f"mario-policy plays on CPU worker processes; --device {device} is not supported here, "
+                         "leave it out.")
     _, env_config = load_policy_module(checkpoint)  # fails here, in this process, on a folder that is no checkpoint
     workers = max(1, min(len(os.sched_getaffinity(0)), repeats // 4))
     results = compare(str(checkpoint), repeats, epsilon, workers)

@@ -7,6 +7,7 @@ and ends with exit status 2 and a one-paragraph message.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
 from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, parse_json_flag
@@ -132,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = {"device": args.device} if args.device != "cpu" else {}
         if args.checkpoint:
             kwargs["checkpoint"] = args.checkpoint
+        accepted = inspect.signature(run).parameters
+        for name in kwargs:
+            if name not in accepted:  # a flag this benchmark has no use for: refuse it rather than crash or ignore
+                print(f"rl-speed bench {args.name} takes no --{name}; leave it out.", file=sys.stderr)
+                return USAGE_ERROR
         try:
             markdown = run(args.repeats, **kwargs)
         except (ValueError, FileNotFoundError) as e:  # a bad argument (e.g. no --checkpoint): say so, exit 2

@@ -69,3 +69,9 @@ def test_episodes_split_over_worker_processes(tmp_path):
     results = compare(str(tmp_path), episodes=5, workers=2)
     for name in ("random", "trained"):
         assert len(results[name]["returns"]) == len(results[name]["x_pos"]) == 5
+
+
+def test_a_device_it_cannot_use_is_a_usage_error(tmp_path, capsys):
+    args = ["bench", "mario-policy", "--checkpoint", str(tmp_path), "--device", "cuda", "--output", str(tmp_path)]
+    assert main(args) == USAGE_ERROR
+    assert "--device cuda is not supported" in capsys.readouterr().err

@@ -1,0 +1,15 @@
+"""`rl-speed bench NAME` refuses a flag that benchmark has no use for (exit 2, naming it) before anything runs."""
+
+from __future__ import annotations
+
+from rl_speed.cli.main import USAGE_ERROR, main
+
+
+def test_device_on_a_cpu_only_benchmark_is_refused(tmp_path, capsys):
+    assert main(["bench", "gae", "--device", "cuda", "--output", str(tmp_path)]) == USAGE_ERROR
+    assert "rl-speed bench gae takes no --device" in capsys.readouterr().err
+
+
+def test_checkpoint_on_a_benchmark_without_one_is_refused(tmp_path, capsys):
+    assert main(["bench", "gae", "--checkpoint", str(tmp_path), "--output", str(tmp_path)]) == USAGE_ERROR
+    assert "rl-speed bench gae takes no --checkpoint" in capsys.readouterr().err
