@@ -5,6 +5,8 @@ PPO through mettagrid's PettingZoo form on the same box, with the same module (l
 * FastPPO: the preset as written (15 runners x 24 simulations x 24 agents, async sampling, batch 259,200, minibatch
   32,400, 1 epoch, TokenActorCritic on one GPU learner); agent steps/s over ``seconds`` after two warm-up iterations,
   the iteration profile, and the mean return per agent-episode against random play in the same arena.
+* FastPPO, BPTT preset (``bptt=True``): ``tuned_examples/mettagrid_ppo_gpu_bptt.yaml``, the same runners with the
+  LSTM token module and truncated BPTT over 32-step chunks, measured the same way.
 * Stock PPO: RLlib's PPO with the PettingZoo form (``rl_speed.multi_agent.MettaGridMultiAgentEnv``, one simulation
   per env, per-agent dicts), one shared policy of the same TokenActorCritic, batches counted in agent steps
   (``count_steps_by: agent_steps``) so they are the preset's 259,200 agent steps, 15 runners.
@@ -23,13 +25,26 @@ import numpy as np
 from rl_speed.bench.common import learner_seconds, machine, timed_run, usable_cpus
 
 PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
+#: the same preset with the LSTM token module and BPTT over 32-step chunks
+BPTT_PRESET = PRESET.with_name("mettagrid_ppo_gpu_bptt.yaml")
 
 
-def _preset() -> Any:
+def _preset(path: Path = PRESET) -> Any:
     from rl_speed.cli.experiment_file import load_experiments
 
-    (experiment,) = load_experiments(PRESET)
+    (experiment,) = load_experiments(path)
     return experiment.config
+
+
+def _sized(preset: Any, runners: int | None, device: str) -> Any:
+    """A preset on ``runners`` runners (the same per-runner size; smaller machines) and on ``device``."""
+    if runners is not None:
+        batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
+        preset = preset.env_runners(num_env_runners=runners).training(
+            train_batch_size_per_learner=batch, minibatch_size=min(preset.minibatch_size, batch))
+    if device != "cuda":
+        preset = preset.learners(num_gpus_per_learner=0)
+    return preset
 
 
 def random_return(env_config: dict, episodes: int = 200) -> float:
@@ -56,7 +71,7 @@ def _phases(run: dict) -> dict:
 
 
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seconds: float = 60.0,
-        runners: int | None = None) -> str:
+        runners: int | None = None, bptt: bool = True) -> str:
     import ray
 
     import rl_speed
@@ -69,13 +84,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     rl_speed.register()
     gpus = 1 if device == "cuda" else 0
     ray.init(address="local", num_cpus=usable_cpus(), num_gpus=gpus, include_dashboard=False, log_to_driver=False)
-    preset = _preset()
-    if runners is not None:  # smaller machines: fewer runners, the same per-runner size
-        batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
-        preset = preset.env_runners(num_env_runners=runners).training(
-            train_batch_size_per_learner=batch, minibatch_size=min(preset.minibatch_size, batch))
-    if device != "cuda":
-        preset = preset.learners(num_gpus_per_learner=0)
+    preset = _sized(_preset(), runners, device)
     env_config = dict(preset.env_config)
     batch = preset.train_batch_size_per_learner
     rows, notes = [], []
@@ -86,6 +95,13 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
         notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run "
                      f"{[round(r, 1) for r in one['returns']]} (random play {baseline:.2f}); last iteration's phases "
                      f"{_phases(one)}")
+        if bptt:
+            recurrent = _sized(_preset(BPTT_PRESET), runners, device)
+            lstm = timed_run(recurrent, seconds)
+            rows.append((f"FastPPO, BPTT preset ({BPTT_PRESET.name})", lstm["rate"],
+                         recurrent.train_batch_size_per_learner / learner_seconds(lstm)))
+            notes.append(f"FastPPO BPTT preset: mean return per agent-episode over the run "
+                         f"{[round(r, 1) for r in lstm['returns']]}; last iteration's phases {_phases(lstm)}")
         module = RLModuleSpec(module_class=TokenActorCritic, model_config=dict(preset.model_config))
         stock = (PPOConfig().environment("rl_speed/MettaGrid-v0", env_config=env_config)
                  .env_runners(num_env_runners=preset.num_env_runners, num_envs_per_env_runner=1)

@@ -76,11 +76,12 @@ def token_tables(dim: int) -> tuple[nn.Embedding, nn.Embedding]:
 def token_features(presence: nn.Embedding, magnitude: nn.Embedding, obs: torch.Tensor) -> torch.Tensor:
     """``[B, N, 3]`` uint8 tokens -> ``[B, dim]``: the tables' rows of the present tokens, summed and divided by the
     number of present tokens (see the module docstring)."""
-    tokens = obs.long()
-    present = tokens[..., 0] != EMPTY  # [B, N]
-    positions = torch.arange(1, present.shape[1] + 1, device=present.device)
-    n = max(1, int((present * positions).amax())) if present.numel() else 1  # last present slot of the batch
-    tokens, present = tokens[:, :n], present[:, :n].float()
+    present = obs[..., 0] != EMPTY  # [B, N]
+    # Cut before widening the dtype: most of the N slots are empty, and the cast is the encoder's largest cost on a
+    # runner's CPU.
+    slots = present.any(0).nonzero()
+    n = int(slots[-1]) + 1 if len(slots) else 1  # last present slot of the batch
+    tokens, present = obs[:, :n].long(), present[:, :n].float()
     location, feature, value = tokens.unbind(-1)
     index = (feature * 256 + location).reshape(-1)
     grid = (_TokenBagSum.apply(presence.weight, index, present.reshape(-1), n)

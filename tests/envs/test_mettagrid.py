@@ -94,3 +94,21 @@ def test_pettingzoo_form_matches_the_vector_form_spaces(mettagrid):
     assert set(obs) == {0, 1, 2, 3}
     assert form.get_observation_space(0) == vector.single_observation_space
     assert form.get_action_space(0) == vector.single_action_space
+
+
+def test_core_step_matches_mettagrids_own_step(mettagrid):
+    """The env steps each simulation through the C++ core (skipping the Python wrapper's timers); the same seed and
+    actions through mettagrid's own ``Simulation.step`` give the same observations, rewards and episode ends."""
+    from rl_speed_envs.mettagrid import MettaGridVectorEnv
+
+    fast = MettaGridVectorEnv(num_envs=16, num_agents=8, width=11, height=11, altars=4, max_steps=40)
+    own = MettaGridVectorEnv(num_envs=16, num_agents=8, width=11, height=11, altars=4, max_steps=40)
+    fast.reset(seed=3), own.reset(seed=3)
+    assert all(step == sim._c_sim.step for step, sim in zip(fast._steps, fast._sims))
+    rng = np.random.default_rng(0)
+    for t in range(90):  # past two episode ends, so restarted simulations step through the core too
+        own._steps = [sim.step for sim in own._sims]
+        actions = rng.integers(0, 5, 16)
+        for a, b in zip(fast.step(actions), own.step(actions)):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b)
