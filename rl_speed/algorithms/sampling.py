@@ -13,8 +13,13 @@ from typing import Any, NamedTuple
 
 import ray
 
-from ray.rllib.core import COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR
-from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+from ray.rllib.core import (
+    COMPONENT_ENV_TO_MODULE_CONNECTOR,
+    COMPONENT_LEARNER,
+    COMPONENT_MODULE_TO_ENV_CONNECTOR,
+    COMPONENT_RL_MODULE,
+)
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rl_speed.columns import Columns, num_steps
 
@@ -161,7 +166,29 @@ def sync_connector_states(algo: Any, results: list[RunnerBatch]) -> None:
         env_to_module=algo.env_to_module_connector, module_to_env=algo.module_to_env_connector)
 
 
+#: The request tag of weight pushes (see :func:`sync_weights_if_due`).
+WEIGHTS_TAG = "rl_speed_weights"
+
+
 def sync_weights_if_due(algo: Any) -> None:
-    """Pushes the learners' weights to the env runners every ``config.sync_weights_every`` iterations."""
-    if algo.iteration % algo.config.sync_weights_every == 0:
-        algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+    """Pushes the learners' weights to the env runners every ``config.sync_weights_every`` iterations: fire and
+    forget, under a request tag of their own.
+
+    Why not RLlib's ``EnvRunnerGroup.sync_weights``: it sends under the tag "set_state", which the connector-state
+    broadcast of the same iteration (:func:`sync_connector_states`) uses too, and RLlib keeps at most
+    ``max_requests_in_flight_per_env_runner`` (1) requests per tag in flight on a runner, dropping the rest. Under
+    async sampling that broadcast always waits behind the sample the runner has just been given, so every weight push
+    was dropped and the runners sampled with their first weights for the whole run (``sampler/weights_lag_max`` grew
+    by one per iteration; found 2026-11-27 when the async MettaGrid GPU preset did not learn). A push of its own can
+    still be dropped while the previous push waits behind a sample; the next one then goes through."""
+    if algo.iteration % algo.config.sync_weights_every:
+        return
+    group = algo.env_runner_group
+    state = algo.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}",
+                                         inference_only=True)[COMPONENT_LEARNER]
+    state = {key: state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO) if key in state}
+    if group.num_remote_env_runners():
+        group.foreach_env_runner_async_fetch_ready("set_state", tag=WEIGHTS_TAG, kwargs={"state": ray.put(state)},
+                                                   timeout_seconds=0.0)
+    if algo.env_runner is not None:  # the newest version (ColumnSampler measures lags against it)
+        algo.env_runner.set_state(state)

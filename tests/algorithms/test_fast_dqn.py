@@ -210,6 +210,16 @@ def test_async_sampling_fills_the_buffer_from_remote_runners(ray_session):
         algo.stop()
 
 
+def test_streaming_runners_keep_getting_the_learners_weights(ray_session):
+    """See test_fast_ppo's test of the same name: the weights lag stays bounded under streaming sampling."""
+    algo = _config(async_sampling=True).env_runners(num_env_runners=2).build_algo()
+    try:
+        lags = [algo.train()["sampler"]["weights_lag_max"] for _ in range(8)]
+        assert max(lags) <= 4, lags
+    finally:
+        algo.stop()
+
+
 def test_streaming_sampling_takes_batches_from_every_runner_without_waiting_for_all(ray_session):
     algo = _config(async_sampling=True).env_runners(num_env_runners=2).build_algo()
     seen: set[int] = set()

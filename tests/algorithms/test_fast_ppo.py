@@ -208,3 +208,14 @@ def test_async_sampling_overlaps_the_update_and_keeps_counting(ray_session):
         assert algo._sampler._in_flight == 2  # the next batch is already being sampled
     finally:
         algo.stop()
+
+
+def test_async_sampling_runners_keep_getting_the_learners_weights(ray_session):
+    """Weight pushes have a request tag of their own: under RLlib's "set_state" tag they were dropped behind the
+    connector-state broadcast of the same iteration, and the runners' weights lag grew by one per iteration."""
+    algo = _config(async_sampling=True).env_runners(num_env_runners=2, num_envs_per_env_runner=4).build_algo()
+    try:
+        lags = [algo.train()["sampler"]["weights_lag_max"] for _ in range(10)]
+        assert max(lags) <= 2, lags  # sampled with the weights of one or two updates ago, never older
+    finally:
+        algo.stop()
