@@ -12,7 +12,9 @@ so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 st
 the grid arena (target 0.25 per agent-episode; ``tuned_examples/grid_ppo.yaml``'s settings, both RLlib contenders on
 its batched form, env steps = agent steps; no SB3 row, SB3 has no multi-agent form):
 
-* ``FastPPO (ours)``: FastPPO with rl_speed's own settings for the task, where a task has them (none is tuned yet);
+* ``FastPPO (ours)``: FastPPO with rl_speed's own settings for the task, where a task has them (CartPole:
+  ``tuned_examples/cartpole_fastppo.yaml``'s; Snake and the grid arena: :data:`SNAKE_FASTPPO`,
+  :data:`GRID_ARENA_FASTPPO`, over the task's shared settings);
 * ``FastPPO (zoo)``, ``PPO (zoo)``: FastPPO and stock RLlib PPO at rl-zoo's PPO hyperparameters for the task,
   mapped to RLlib's keys (identical on both; "(snake_ppo.yaml)" for Snake);
 * ``SB3 PPO (zoo)``: Stable-Baselines3 (the ``[bench]`` extra) with the same hyperparameters; skipped when not
@@ -151,7 +153,7 @@ class Task:
     target: float
     max_steps: int
     zoo: dict  # the shared PPO hyperparameters, SB3's names (CartPole: linear lr and clip schedules over n_timesteps)
-    ours: dict = field(default_factory=dict)  # rl_speed's own FastPPO settings (RLlib's names); none tuned yet
+    ours: dict = field(default_factory=dict)  # rl_speed's own FastPPO settings, over the shared ones (rllib_config)
     source: str = "zoo"  # where ``zoo`` comes from: rl-zoo, or a tuned example for envs rl-zoo does not have
     env_config: dict = field(default_factory=dict)
     model: dict = field(default_factory=lambda: {"hidden": [64, 64], "entropy": 0.0})
@@ -165,6 +167,18 @@ class Task:
 DQN_ZOO = {"learning_rate": 2.5e-4, "batch_size": 512, "buffer_size": 100_000, "learning_starts": 0, "gamma": 0.99,
            "target_update_interval": 5000, "train_freq": 16, "gradient_steps": 4, "exploration_fraction": 0.06,
            "exploration_final_eps": 0.11}
+#: tuned_examples/cartpole_fastppo.yaml's settings (RLlib's loss, as the example has it).
+CARTPOLE_FASTPPO = {"num_envs": 64, "fragment": 64, "minibatch": 512, "epochs": 6, "lr": 3e-4, "gamma": 0.99,
+                    "lambda": 0.95, "vf_loss_coeff": 0.01, "hidden": [64, 64], "sb3_loss": False, "clip": 0.2,
+                    "entropy": 0.0}
+#: FastPPO's own Snake settings, tuned for wall-clock on this 2-core AMD EPYC (2026-11-27, 3 seeds per candidate): the
+#: race's network and learning rate with 256 lanes x 32 steps (the same 8,192-step batch), minibatches of 2,048 and
+#: bf16 autocast on the learner (rl_speed's ``mixed_precision``; the CPU has AVX512-BF16). The learner is 79% of an
+#: iteration at these settings, so its precision is where the time is.
+SNAKE_FASTPPO = {"num_envs": 256, "fragment": 32, "minibatch": 2048, "mixed_precision": "bf16"}
+#: FastPPO's own grid arena settings: grid_ppo.yaml's with bf16 autocast on the learner (an iteration 0.54 -> 0.39 s on
+#: this EPYC, where the learner was 65% of it).
+GRID_ARENA_FASTPPO = {"mixed_precision": "bf16"}
 #: tuned_examples/cartpole_fastdqn.yaml's settings.
 CARTPOLE_FASTDQN = {"num_envs": 8, "fragment": 16, "batch": 64, "training_intensity": 8, "n_step": 3, "lr": 5e-4,
                     "gamma": 0.99, "dueling": False, "double_q": True, "target_update": 500, "learning_starts": 1000,
@@ -177,7 +191,8 @@ TASKS = {
                         zoo={"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98,
                              "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2,
                              "n_timesteps": 100_000},
-                        dqn_zoo={**DQN_ZOO, "n_timesteps": 200_000}, dqn_ours=CARTPOLE_FASTDQN),
+                        ours=CARTPOLE_FASTPPO, dqn_zoo={**DQN_ZOO, "n_timesteps": 200_000},
+                        dqn_ours=CARTPOLE_FASTDQN),
     "Acrobot-v1": Task("Acrobot-v1", -100.0, 300_000,
                        zoo={"n_envs": 16, "n_steps": 256, "batch_size": 64, "gae_lambda": 0.94, "gamma": 0.99,
                             "n_epochs": 4, "ent_coef": 0.0, "learning_rate": 3e-4, "clip_range": 0.2,
@@ -188,7 +203,7 @@ TASKS = {
                               zoo={"n_envs": 64, "n_steps": 128, "batch_size": 1024, "gae_lambda": 0.95,
                                    "gamma": 0.99, "n_epochs": 4, "ent_coef": 0.01, "learning_rate": 5e-4,
                                    "clip_range": 0.2, "n_timesteps": 1_000_000},
-                              source="snake_ppo.yaml",
+                              source="snake_ppo.yaml", ours=SNAKE_FASTPPO,
                               env_config={"height": 8, "width": 8, "max_steps_without_food": 64,
                                           "observation": "flat", "flood_fill": True},
                               model={"hidden": [256, 256], "entropy": 0.01}),
@@ -199,7 +214,7 @@ TASKS = {
                                   zoo={"n_envs": 192, "n_steps": 64, "batch_size": 3072, "gae_lambda": 0.95,
                                        "gamma": 0.99, "n_epochs": 2, "ent_coef": 0.01, "learning_rate": 1e-3,
                                        "clip_range": 0.2, "n_timesteps": 10_000_000},
-                                  source="grid_ppo.yaml",
+                                  source="grid_ppo.yaml", ours=GRID_ARENA_FASTPPO,
                                   env_config={"num_agents": 24, "height": 25, "width": 25, "max_steps": 256},
                                   model={"hidden": [128, 128], "entropy": 0.01}, window=192, sb3=False),
 }
@@ -282,6 +297,12 @@ def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
     if settings.get("sb3_loss"):
         config = config.training(vf_loss_coeff=0.5, use_kl_loss=False, grad_clip=0.5,
                                  vf_clip_param=settings.get("vf_clip", float("inf")))
+    if "mixed_precision" in settings:  # rl_speed's key: FastPPO only
+        config = config.training(mixed_precision=settings["mixed_precision"])
+    if "vf_loss_coeff" in settings:
+        config = config.training(vf_loss_coeff=settings["vf_loss_coeff"])
+    if settings.get("learner_class"):  # an ablation's learner (standardization_ablation)
+        config = config.learners(learner_class=settings["learner_class"])
     return config
 
 
@@ -392,7 +413,8 @@ def _contenders(task: Task, family: str, max_seconds: float) -> dict[str, Callab
         }
     zoo = zoo_in_rllib(task)
     return {
-        **({"FastPPO (ours)": lambda s: run_rllib("fast", task, task.ours, s, max_seconds)} if task.ours else {}),
+        **({"FastPPO (ours)": lambda s: run_rllib("fast", task, {**zoo, **task.ours}, s, max_seconds)}
+           if task.ours else {}),
         f"FastPPO ({task.source})": lambda s: run_rllib("fast", task, zoo, s, max_seconds),
         f"PPO ({task.source})": lambda s: run_rllib("stock", task, zoo, s, max_seconds),
         **({f"SB3 PPO ({task.source})": lambda s: run_sb3(task, s, max_seconds)} if task.sb3 else {}),
@@ -424,6 +446,82 @@ def value_clip_ablation(repeats: int = 5, task_name: str = "CartPole-v1", max_se
         *[f"| {name} | {' · '.join(f'{x:,.0f}' for x in sorted(v))} | {statistics.median(v):,.0f} |"
           for name, v in steps.items()],
         "", f"Two-sided exact permutation test on mean log(env steps): p = {p:.3f}.",
+    ])
+
+
+def real_steps_ppo_learner() -> type:
+    """Stock PPO's learner whose GAE connector standardizes advantages over the loss mask's rows only (FastPPO's
+    rule; see :func:`standardization_ablation`). RLlib's ``GeneralAdvantageEstimation`` standardizes over every row
+    of the module batch, including the bootstrap row it appends to each episode chunk (loss mask False), whose
+    advantage is a reward-less step's: below the real steps' in tasks with positive rewards, so the real steps'
+    advantages come out shifted up."""
+    import torch
+    from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+    from ray.rllib.connectors.learner.general_advantage_estimation import GeneralAdvantageEstimation
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.evaluation.postprocessing import Postprocessing
+    from ray.rllib.utils.annotations import override
+
+    from rl_speed.gae import standardize
+
+    class RealStepsGAE(GeneralAdvantageEstimation):
+        @override(GeneralAdvantageEstimation)
+        def __call__(self, **kwargs: Any) -> Any:
+            batch = super().__call__(**kwargs)
+            for module_batch in batch.values():
+                if Postprocessing.ADVANTAGES in module_batch and Columns.LOSS_MASK in module_batch:
+                    advantages = module_batch[Postprocessing.ADVANTAGES]
+                    mask = torch.as_tensor(module_batch[Columns.LOSS_MASK], device=advantages.device).bool()
+                    # an affine map of RLlib's standardized values: re-standardizing over the real rows gives the
+                    # raw advantages standardized over the real rows
+                    module_batch[Postprocessing.ADVANTAGES] = standardize(advantages, mask, min_std=1e-4)
+            return batch
+
+    class RealStepsPPOTorchLearner(PPOTorchLearner):
+        @override(PPOTorchLearner)
+        def build(self) -> None:
+            super().build()
+            self._learner_connector.remove(GeneralAdvantageEstimation)
+            self._learner_connector.append(RealStepsGAE(gamma=self.config.gamma, lambda_=self.config.lambda_))
+
+    return RealStepsPPOTorchLearner
+
+
+def standardization_ablation(repeats: int = 10, task_name: str = "CartPole-v1", max_seconds: float = 150.0) -> str:
+    """FastPPO, stock PPO, and stock PPO with FastPPO's advantage standardization (:func:`real_steps_ppo_learner`), at
+    the task's rl-zoo settings, seeds interleaved: env steps to the target per seed and pairwise permutation tests."""
+    import ray
+    import torch
+
+    task = TASKS[task_name]
+    zoo = zoo_in_rllib(task)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    torch.set_num_threads(1)
+    names = ("FastPPO", "stock PPO", "stock PPO, advantages standardized over real steps")
+    steps: dict[str, list[float]] = {name: [] for name in names}
+    try:
+        learner = real_steps_ppo_learner()
+        for seed in range(repeats):
+            steps[names[0]].append(env_steps_to_target("fast", task, zoo, seed, max_seconds))
+            steps[names[1]].append(env_steps_to_target("stock", task, zoo, seed, max_seconds))
+            steps[names[2]].append(env_steps_to_target("stock", task, {**zoo, "learner_class": learner}, seed,
+                                                       max_seconds))
+    finally:
+        ray.shutdown()
+
+    def p(a: str, b: str) -> float:
+        return permutation_p([math.log(x) for x in steps[a]], [math.log(x) for x in steps[b]])
+
+    return "\n".join([
+        f"PPO on {task.env_id}, rl-zoo settings (SB3's loss): env steps to {task.target:g} (missed = "
+        f"{task.max_steps:,}), seeds 0-{repeats - 1}",
+        "", "| contender | env steps per seed (sorted) | median |", "|---|---|---:|",
+        *[f"| {name} | {' · '.join(f'{x:,.0f}' for x in sorted(v))} | {statistics.median(v):,.0f} |"
+          for name, v in steps.items()],
+        "", "Two-sided exact permutation tests on mean log(env steps): "
+        f"FastPPO vs stock p = {p(names[0], names[1]):.3f}; stock vs stock with real-step standardization "
+        f"p = {p(names[1], names[2]):.3f}; FastPPO vs stock with real-step standardization "
+        f"p = {p(names[0], names[2]):.3f}.",
     ])
 
 
