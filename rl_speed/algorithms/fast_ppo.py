@@ -15,7 +15,10 @@ No episode objects and no learner connector pipeline. Each iteration reports whe
 Env-to-module connectors run in their columnar forms (:mod:`rl_speed.connectors.env_to_module`); RLlib's LSTM
 (``use_lstm``) trains on RLlib's padded sequences (:mod:`rl_speed.learners.sequences`). Differences from stock PPO
 (stated, not hidden): ``batch_mode`` must be ``truncate_episodes`` for training; advantages are standardized over
-real steps only (NEXT_STEP reset steps are masked).
+real steps only (NEXT_STEP reset steps are masked), where RLlib's GAE connector also counts the bootstrap row it
+appends to each episode chunk; and an epoch is one pass over the ``[T, N]`` rows, where RLlib's cyclic minibatch
+iterator counts those appended rows too (about 10% more minibatches on CartPole at rl-zoo's settings). On CartPole
+the two together made stock need 1.30x fewer env steps (BENCHMARKS.md, "The CartPole sample gap").
 """
 
 from __future__ import annotations

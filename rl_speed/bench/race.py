@@ -421,6 +421,13 @@ def _contenders(task: Task, family: str, max_seconds: float) -> dict[str, Callab
     }
 
 
+def _steps_table(first_column: str, steps: dict[str, list[float]]) -> list[str]:
+    """An ablation's markdown table: env steps to the target per seed (sorted) and their median, one row per setting."""
+    return [f"| {first_column} | env steps per seed (sorted) | median |", "|---|---|---:|",
+            *[f"| {name} | {' · '.join(f'{x:,.0f}' for x in sorted(v))} | {statistics.median(v):,.0f} |"
+              for name, v in steps.items()]]
+
+
 def value_clip_ablation(repeats: int = 5, task_name: str = "CartPole-v1", max_seconds: float = 150.0) -> str:
     """FastPPO at the task's rl-zoo settings with RLlib's default value-loss clip (``vf_clip_param`` 10) and without
     it (SB3's loss): env steps to the target per seed and the permutation test (BENCHMARKS.md)."""
@@ -442,9 +449,7 @@ def value_clip_ablation(repeats: int = 5, task_name: str = "CartPole-v1", max_se
     p = permutation_p([math.log(x) for x in a], [math.log(x) for x in b])
     return "\n".join([
         f"FastPPO on {task.env_id}, rl-zoo settings: env steps to {task.target:g} (missed = {task.max_steps:,})",
-        "", "| value loss | env steps per seed (sorted) | median |", "|---|---|---:|",
-        *[f"| {name} | {' · '.join(f'{x:,.0f}' for x in sorted(v))} | {statistics.median(v):,.0f} |"
-          for name, v in steps.items()],
+        "", *_steps_table("value loss", steps),
         "", f"Two-sided exact permutation test on mean log(env steps): p = {p:.3f}.",
     ])
 
@@ -515,9 +520,7 @@ def standardization_ablation(repeats: int = 10, task_name: str = "CartPole-v1", 
     return "\n".join([
         f"PPO on {task.env_id}, rl-zoo settings (SB3's loss): env steps to {task.target:g} (missed = "
         f"{task.max_steps:,}), seeds 0-{repeats - 1}",
-        "", "| contender | env steps per seed (sorted) | median |", "|---|---|---:|",
-        *[f"| {name} | {' · '.join(f'{x:,.0f}' for x in sorted(v))} | {statistics.median(v):,.0f} |"
-          for name, v in steps.items()],
+        "", *_steps_table("contender", steps),
         "", "Two-sided exact permutation tests on mean log(env steps): "
         f"FastPPO vs stock p = {p(names[0], names[1]):.3f}; stock vs stock with real-step standardization "
         f"p = {p(names[1], names[2]):.3f}; FastPPO vs stock with real-step standardization "
