@@ -35,7 +35,7 @@ PRIVATE = [
     ("ray.rllib.core.learner.learner", "Learner", "_check_component", "method", "OptimizerStepMixin.get_state"),
     ("ray.rllib.core.learner.learner", "Learner", "_weights_seq_no", "attribute", "UpdateLoopMixin.update"),
     ("ray.rllib.core.learner.learner", "Learner", "_learner_connector", "attribute",
-     "VectorizedGAEPPOTorchLearner.build"),
+     "learners.ppo.replace_gae_connector"),
     ("ray.rllib.core.learner.learner", "Learner", "_module", "attribute", "configure_optimizers_for_module"),
     ("ray.rllib.core.learner.learner", "Learner", "_module_optimizers", "attribute", "OptimizerStepMixin"),
     ("ray.rllib.core.learner.learner", "Learner", "_optimizer_parameters", "attribute",

@@ -468,6 +468,7 @@ def real_steps_ppo_learner() -> type:
     from ray.rllib.utils.annotations import override
 
     from rl_speed.gae import standardize
+    from rl_speed.learners.ppo import replace_gae_connector
 
     class RealStepsGAE(GeneralAdvantageEstimation):
         @override(GeneralAdvantageEstimation)
@@ -486,8 +487,7 @@ def real_steps_ppo_learner() -> type:
         @override(PPOTorchLearner)
         def build(self) -> None:
             super().build()
-            self._learner_connector.remove(GeneralAdvantageEstimation)
-            self._learner_connector.append(RealStepsGAE(gamma=self.config.gamma, lambda_=self.config.lambda_))
+            replace_gae_connector(self, RealStepsGAE)
 
     return RealStepsPPOTorchLearner
 

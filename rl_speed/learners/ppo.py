@@ -58,15 +58,21 @@ def join_lanes_on_device(batches: list[dict], device: torch.device) -> dict:
     return tree.map_structure(lambda *xs: torch.cat([to_device(x, device) for x in xs], dim=1), *batches)
 
 
+def replace_gae_connector(learner: PPOTorchLearner, gae_class: type) -> None:
+    """Swaps RLlib's GeneralAdvantageEstimation at the end of a built PPO learner's pipeline for ``gae_class`` (same
+    constructor), where the pipeline has RLlib's default pieces (a user's own pipeline is left as it is)."""
+    if learner._learner_connector is not None and learner.config.add_default_connectors_to_learner_pipeline:
+        learner._learner_connector.remove(GeneralAdvantageEstimation)
+        learner._learner_connector.append(gae_class(gamma=learner.config.gamma, lambda_=learner.config.lambda_))
+
+
 class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
     """RLlib's PPOTorchLearner whose learner pipeline ends with VectorizedGAE."""
 
     @override(PPOTorchLearner)
     def build(self) -> None:
         super().build()
-        if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline:
-            self._learner_connector.remove(GeneralAdvantageEstimation)
-            self._learner_connector.append(VectorizedGAE(gamma=self.config.gamma, lambda_=self.config.lambda_))
+        replace_gae_connector(self, VectorizedGAE)
 
 
 class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
