@@ -166,7 +166,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 raise ValueError(f"BatchedEnvRunner: the rollout of {steps} steps must be a multiple of "
                                  f"bptt_horizon={horizon}; set rollout_fragment_length to a multiple of it.")
             if self._state is None:
-                self._state = tree.map_structure(lambda s: s.expand(n, *s.shape).clone(),
+                self._state = tree.map_structure(lambda s: s.to(self._device).expand(n, *s.shape).clone(),
                                                  self.module.get_initial_state())
             columns[C.IS_FIRST] = np.empty((steps, n), bool)
             columns[C.STATE_IN] = tree.map_structure(
@@ -176,12 +176,12 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             if stateful:
                 columns[C.IS_FIRST][t] = self._is_first
                 if self._is_first.any():
-                    first = torch.from_numpy(self._is_first)
+                    first = torch.from_numpy(self._is_first).to(self._device)
                     with torch.inference_mode():  # the state tensors come from inference-mode forwards
                         for s in tree.flatten(self._state):
                             s[first] = 0.0
                 if t % horizon == 0:
-                    _write(columns[C.STATE_IN], t // horizon, tree.map_structure(lambda s: s.numpy(), self._state))
+                    _write(columns[C.STATE_IN], t // horizon, tree.map_structure(lambda s: s.cpu().numpy(), self._state))
             if random_actions:
                 actions, extra = self.env.action_space.sample(), {}
             else:
@@ -206,12 +206,12 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             self._obs = obs
         _write(columns[C.OBS], steps, self._obs)
         if stateful:  # the state obs[T] is acted on with (unless obs[T] starts an episode: then zeros)
-            columns[C.STATE_OUT] = tree.map_structure(lambda s: s.numpy()[None].copy(), self._state)
+            columns[C.STATE_OUT] = tree.map_structure(lambda s: s.cpu().numpy()[None].copy(), self._state)
         return columns
 
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions, extra, state = module_actions(self.module, obs, explore, t, state=self._state,
-                                               time_axis=self._needs_time_axis)
+                                               time_axis=self._needs_time_axis, device=self._device)
         if state is not None:
             self._state = state
         return actions, extra
@@ -284,17 +284,20 @@ def _write(target: Any, t: int, value: Any) -> None:
         dst[t] = src
 
 
-def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any = None,
-                   time_axis: bool = False) -> tuple[Any, dict[str, np.ndarray], Any]:
+def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any = None, time_axis: bool = False,
+                   device: Any = None) -> tuple[Any, dict[str, np.ndarray], Any]:
     """One forward pass of ``module`` (in eval mode) over a batch of observations: ``(actions, extra, state_out)``.
 
     Modules that pick actions themselves (DQN's epsilon-greedy) return ``actions``; others return distribution
     inputs, which are sampled here (PPO), and ``extra`` holds the log-probs and distribution inputs PPO's loss reads.
     ``time_axis``: RLlib's own stateful modules act on ``[B, 1, ...]``, as RLlib's AddTimeDimToBatchAndZeroPad
-    makes it."""
+    makes it. ``device``: where the module lives (RLlib puts a runner's module on a GPU when
+    ``num_gpus_per_env_runner`` > 0); the observations go there and the outputs come back as numpy arrays."""
     with torch.inference_mode():
         obs_t = (torch.from_numpy(obs) if isinstance(obs, np.ndarray)  # the common case, without tree's cost
                  else tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs))  # Dict / Tuple
+        if device is not None and torch.device(device).type != "cpu":
+            obs_t = tree.map_structure(lambda o: o.to(device, non_blocking=True), obs_t)
         if time_axis:
             obs_t = tree.map_structure(lambda o: o[:, None], obs_t)
         batch = {RLlibColumns.OBS: obs_t}

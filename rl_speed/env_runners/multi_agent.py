@@ -305,7 +305,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 space = self._envs[0].get_action_space(self._agents[0])
                 chosen, extra = np.stack([space.sample() for _ in idx]), {}
             else:
-                chosen, extra, _ = module_actions(self.module[mid], obs, explore, timestep)
+                chosen, extra, _ = module_actions(self.module[mid], obs, explore, timestep, device=self._device)
             for key, value in extra.items():
                 if key not in columns:
                     columns[key] = np.zeros((len(columns[C.REWARDS]), len(acting), *value.shape[1:]), value.dtype)
