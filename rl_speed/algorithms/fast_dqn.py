@@ -55,6 +55,7 @@ from rl_speed.algorithms.config import ColumnarConfigMixin, make_probe_env, prob
 from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
 from rl_speed.algorithms.telemetry import PhaseTimer
 from rl_speed.buffers import BatchedReplayBuffer
+from rl_speed.buffers.replay import IMPORTANCE_WEIGHTS
 from rl_speed.columns import num_steps
 from rl_speed.learners.dqn import FastDQNTorchLearner
 from rl_speed.modules.q_net import QNetModule
@@ -94,7 +95,10 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
       "train every k steps"); an alternative to ``training_intensity`` (= batch size / k). Default: neither, which
       means one update per ``training_step``, like RLlib's native ratio.
 
-    ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured; a ``type`` naming one of RLlib's
+    ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured, and rl_speed's ``importance_weights``:
+    prioritized samples' importance weights are divided by the largest weight in their batch (``"batch"``, the
+    default) or, as in RLlib's buffer, by the largest any stored transition would get (``"buffer"``; BENCHMARKS.md
+    compares both against stock DQN); a ``type`` naming one of RLlib's
     prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling; ``storage_device``
     (e.g. "cuda") keeps observations and actions as torch tensors on that device.
     """
@@ -156,6 +160,15 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
             self._value_error(f"FastDQN: `replay_buffer_config.alpha`={rb['alpha']!r} must be >= 0.")
         if not 0 <= rb.get("beta", 0.4) <= 1:
             self._value_error(f"FastDQN: `replay_buffer_config.beta`={rb['beta']!r} must be in [0, 1].")
+        unknown = sorted(set(rb) - REPLAY_BUFFER_KEYS)
+        if unknown:
+            self._value_error(f"FastDQN: `replay_buffer_config` keys {unknown} are not supported by rl_speed's "
+                              f"replay buffer (it takes {', '.join(sorted(REPLAY_BUFFER_KEYS))}); remove them.")
+        if rb.get("importance_weights", "batch") not in IMPORTANCE_WEIGHTS:
+            self._value_error(f"FastDQN: `replay_buffer_config.importance_weights`={rb['importance_weights']!r} must "
+                              f"be one of {', '.join(map(repr, IMPORTANCE_WEIGHTS))} ('batch', the default: divide by "
+                              "the largest weight in the sampled batch; 'buffer': by the largest over the whole "
+                              "buffer, as RLlib's prioritized buffer does).")
         if self.training_intensity is not None and self.training_intensity <= 0:
             self._value_error(f"FastDQN: `training_intensity`={self.training_intensity!r} must be > 0.")
         k = self.train_every_env_steps
@@ -192,6 +205,10 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
     @property
     def prioritized(self) -> bool:
         return _buffer_type_name(self.replay_buffer_config) in PRIORITIZED_TYPES
+
+
+#: What ``replay_buffer_config`` may hold for FastDQN (each key honoured; anything else is refused at config time).
+REPLAY_BUFFER_KEYS = frozenset({"type", "capacity", "alpha", "beta", "importance_weights", "storage_device"})
 
 
 def _buffer_type_name(replay_buffer_config: dict) -> str:
@@ -237,6 +254,7 @@ class FastDQN(DQN):
         self._buffers = {module_id: BatchedReplayBuffer(
             capacity=rb["capacity"], num_lanes=max(1, cfg.num_env_runners) * self._lanes_per_runner,
             prioritized=cfg.prioritized, alpha=rb.get("alpha", 0.6), beta=rb.get("beta", 0.4),
+            importance_weights=rb.get("importance_weights", "batch"),
             seed=None if cfg.seed is None else cfg.seed + k, device=rb.get("storage_device"))
             for k, module_id in enumerate(module_ids)}
         self._update_credit = 0.0  # fractional updates owed by the replay ratio, carried across iterations

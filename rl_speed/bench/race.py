@@ -253,12 +253,18 @@ def dqn_zoo_in_rllib(task: "Task") -> dict:
 
 
 def rllib_dqn_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
+    weights = settings.get("importance_weights")  # FastDQN's normalization of prioritized replay's weights
+    replay = {"capacity": settings["capacity"]}
     if algo == "stock":
         from ray.rllib.algorithms.dqn import DQNConfig as Config
-        buffer = "PrioritizedEpisodeReplayBuffer" if settings["prioritized"] else "EpisodeReplayBuffer"
+        if weights not in (None, "buffer"):
+            raise ValueError(f"stock DQN normalizes importance weights over the whole buffer only; got {weights!r}.")
+        replay["type"] = "PrioritizedEpisodeReplayBuffer" if settings["prioritized"] else "EpisodeReplayBuffer"
     else:
         from rl_speed.algorithms.fast_dqn import FastDQNConfig as Config
-        buffer = "BatchedReplayBuffer:prioritized" if settings["prioritized"] else "BatchedReplayBuffer"
+        replay["type"] = "BatchedReplayBuffer:prioritized" if settings["prioritized"] else "BatchedReplayBuffer"
+        if weights is not None:
+            replay["importance_weights"] = weights
     return (Config().environment(judged_id(env_id))
             .env_runners(num_env_runners=0, num_envs_per_env_runner=settings["num_envs"],
                          rollout_fragment_length=settings["fragment"])
@@ -268,7 +274,7 @@ def rllib_dqn_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
                       target_network_update_freq=settings["target_update"],
                       num_steps_sampled_before_learning_starts=settings["learning_starts"],
                       epsilon=settings["epsilon"], grad_clip=settings["grad_clip"],
-                      replay_buffer_config={"type": buffer, "capacity": settings["capacity"]})
+                      replay_buffer_config=replay)
             .rl_module(model_config={"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu",
                                      "head_fcnet_hiddens": []})
             .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=256)

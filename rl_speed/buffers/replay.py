@@ -28,6 +28,8 @@ from rl_speed.buffers.sum_tree import SumTree
 _FREE_COLUMNS = ("obs", "next_obs", "actions")
 #: Columns with a fixed ``[T, N]`` layout, and the dtype each is stored in.
 _FIXED_COLUMNS = {"rewards": np.float32, "terminateds": np.bool_, "truncateds": np.bool_}
+#: How prioritized samples' importance weights are normalized (see ``BatchedReplayBuffer.sample``).
+IMPORTANCE_WEIGHTS = ("batch", "buffer")
 _OPTIONAL_COLUMNS = ("valid",)
 _KNOWN = _FREE_COLUMNS + tuple(_FIXED_COLUMNS) + _OPTIONAL_COLUMNS
 
@@ -41,7 +43,8 @@ class BatchedReplayBuffer:
     """
 
     def __init__(self, capacity: int, num_lanes: int, *, prioritized: bool = False, alpha: float = 0.6,
-                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None, device: str | None = None) -> None:
+                 beta: float = 0.4, eps: float = 1e-6, importance_weights: str = "batch", seed: int | None = None,
+                 device: str | None = None) -> None:
         if not capacity >= 1:
             raise ValueError(f"BatchedReplayBuffer: `capacity` must be >= 1, got {capacity}.")
         if not num_lanes >= 1:
@@ -49,6 +52,10 @@ class BatchedReplayBuffer:
         if not alpha >= 0:
             raise ValueError(f"BatchedReplayBuffer: `alpha` must be >= 0, got {alpha}.")
         _check_beta(beta)
+        if importance_weights not in IMPORTANCE_WEIGHTS:
+            raise ValueError(f"BatchedReplayBuffer: `importance_weights`={importance_weights!r} must be one of "
+                             f"{', '.join(map(repr, IMPORTANCE_WEIGHTS))}.")
+        self.importance_weights = importance_weights
         if not (eps >= 0 and math.isfinite(eps)):
             raise ValueError(f"BatchedReplayBuffer: `eps` must be finite and >= 0, got {eps}.")
         # `device` (e.g. "cuda"): obs / next_obs / actions live there as torch tensors, in their own dtype, and
@@ -164,9 +171,13 @@ class BatchedReplayBuffer:
         out["actions"] = self._gather("actions", indices)
         out["next_obs"] = self._next_obs(last)
         if self.prioritized:
-            # (N * P(i)) ** -beta / max over the batch, with P(i) = p_i / total: N and total cancel.
+            # (N * P(i)) ** -beta / the largest such weight, with P(i) = p_i / total: N and total cancel. "batch":
+            # the largest in this batch (the batch's smallest priority); "buffer": the largest any stored transition
+            # would get (the buffer's smallest priority), as RLlib's PrioritizedEpisodeReplayBuffer and OpenAI
+            # baselines normalize. One tiny |TD error| anywhere in the buffer then scales every update down.
             priorities = self._tree.get(indices)
-            out["weights"] = ((priorities.min() / priorities) ** beta).astype(np.float32)
+            smallest = priorities.min() if self.importance_weights == "batch" else self._tree.min_positive()
+            out["weights"] = ((smallest / priorities) ** beta).astype(np.float32)
         else:
             out["weights"] = np.ones(batch_size, np.float32)
         out["indices"] = indices

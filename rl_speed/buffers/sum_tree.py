@@ -6,6 +6,8 @@ costs far more than the arithmetic, so every method here works on index arrays a
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: For a few hundred items, numpy's per-call overhead, not arithmetic, sets the cost of a tree level (~5 us for the
@@ -51,6 +53,12 @@ class SumTree:
     def total(self) -> float:
         """Sum of all leaves."""
         return float(self._tree[1])
+
+    def min_positive(self) -> float:
+        """The smallest positive leaf (inf if none): one pass over the leaves, O(capacity)."""
+        leaves = self._tree[self._first_leaf:self._first_leaf + self.capacity]
+        positive = leaves[leaves > 0.0]
+        return float(positive.min()) if positive.size else math.inf
 
     def get(self, idx: np.ndarray) -> np.ndarray:
         """Leaf values at ``idx`` (in ``[0, capacity)``; unchecked, as it serves every prioritized sample)."""

@@ -85,6 +85,10 @@ def test_loss_on_fixed_transitions_equals_stock_dqn_pipeline(ray_session):
         ({"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000, "alpha": -1}}, "alpha"),
         ({"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000, "beta": 2}}, "beta"),
         ({"replay_buffer_config": {"type": "ReservoirReplayBuffer", "capacity": 5000}}, "replay_buffer_config.type"),
+        ({"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000,
+                                   "importance_weights": "global"}}, "importance_weights"),
+        ({"replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000,
+                                   "prioritized_replay_eps": 1e-6}}, r"keys \['prioritized_replay_eps'\]"),
         ({"training_intensity": -1}, "training_intensity"),
         ({"train_every_env_steps": 4}, "either"),
     ],
@@ -92,6 +96,17 @@ def test_loss_on_fixed_transitions_equals_stock_dqn_pipeline(ray_session):
 def test_bad_settings_fail_at_validation_naming_the_key(training, needle):
     with pytest.raises(ValueError, match=needle):
         _config(**training).validate()
+
+
+@pytest.mark.parametrize("weights", ["batch", "buffer"])
+def test_importance_weights_setting_reaches_the_buffer(ray_session, weights):
+    config = _config(replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000,
+                                           "importance_weights": weights})
+    algo = config.build_algo()
+    try:
+        assert algo.replay_buffer.importance_weights == weights
+    finally:
+        algo.stop()
 
 
 def test_continuous_actions_are_refused_with_a_pointer(ray_session):

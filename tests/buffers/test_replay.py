@@ -319,6 +319,24 @@ def test_importance_weights_follow_the_formula() -> None:
     assert (uniform.sample(32)["weights"] == 1.0).all()
 
 
+def test_buffer_wide_importance_weights_divide_by_the_largest_weight_any_stored_transition_gets() -> None:
+    """``importance_weights="buffer"`` (RLlib's and OpenAI baselines' normalization): the divisor comes from the
+    smallest priority in the whole buffer, so a batch without that transition has no weight of 1."""
+    valid = np.ones((5, 2), bool)
+    valid[2, 1] = False  # an invalid slot has priority 0 and must not count as the smallest
+    buf = filled(10, 2, valid, prioritized=True, alpha=0.7, beta=0.4, eps=0.01, importance_weights="buffer", seed=9)
+    priorities = np.linspace(0.1, 3.0, 10)
+    buf.update_priorities(np.arange(10), priorities)
+    p = np.where(valid.ravel(), (priorities + 0.01) ** 0.7, 0.0)
+    smallest = p[p > 0].min()
+    for beta in (0.4, 1.0):
+        s = buf.sample(256, beta=beta)
+        np.testing.assert_allclose(s["weights"], (smallest / p[s["indices"]]) ** beta, rtol=1e-6)
+    before = buf.sample(4096, beta=0.4)["weights"].mean()
+    buf.update_priorities(np.array([0]), np.array([1e-4]))  # one tiny TD error scales every weight down
+    assert buf.sample(4096, beta=0.4)["weights"].mean() < 0.7 * before
+
+
 def test_new_transitions_get_the_max_priority() -> None:
     rng = np.random.default_rng(10)
     alpha = 0.5
@@ -425,6 +443,7 @@ def test_state_of_an_empty_buffer_and_mismatched_layouts() -> None:
     ({"beta": 1.5}, r"`beta` must be in \[0, 1\], got 1.5"),
     ({"beta": -0.1}, r"`beta` must be in \[0, 1\], got -0.1"),
     ({"eps": -1.0}, r"`eps` must be finite and >= 0, got -1.0"),
+    ({"importance_weights": "global"}, r"`importance_weights`='global' must be one of 'batch', 'buffer'"),
 ])
 def test_constructor_rejects_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
