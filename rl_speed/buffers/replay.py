@@ -28,10 +28,10 @@ from rl_speed.buffers.sum_tree import SumTree
 _FREE_COLUMNS = ("obs", "next_obs", "actions")
 #: Columns with a fixed ``[T, N]`` layout, and the dtype each is stored in.
 _FIXED_COLUMNS = {"rewards": np.float32, "terminateds": np.bool_, "truncateds": np.bool_}
-#: How prioritized samples' importance weights are normalized (see ``BatchedReplayBuffer.sample``).
-IMPORTANCE_WEIGHTS = ("batch", "buffer")
 _OPTIONAL_COLUMNS = ("valid",)
 _KNOWN = _FREE_COLUMNS + tuple(_FIXED_COLUMNS) + _OPTIONAL_COLUMNS
+#: How prioritized samples' importance weights are normalized (see ``BatchedReplayBuffer.sample``).
+IMPORTANCE_WEIGHTS = ("batch", "buffer")
 
 
 class BatchedReplayBuffer:
