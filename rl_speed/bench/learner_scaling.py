@@ -37,14 +37,14 @@ def _load(path: Path) -> Any:
     return experiment.config.copy(copy_frozen=False)
 
 
-def _scaled(preset: Any, runners: int, learners: int, device: str) -> Any:
+def _scaled(preset: Any, runners: int, learners: int, device: str, cpus_per_learner: int = 1) -> Any:
     batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
     config = preset.copy(copy_frozen=False)
     config.env_runners(num_env_runners=runners).training(
         train_batch_size_per_learner=batch // learners,
         minibatch_size=min(preset.minibatch_size, batch // learners))
     if device == "cuda":
-        return config.learners(num_learners=learners, num_gpus_per_learner=1)
+        return config.learners(num_learners=learners, num_gpus_per_learner=1, num_cpus_per_learner=cpus_per_learner)
     return config.learners(num_learners=learners, num_gpus_per_learner=0,
                            num_cpus_per_learner=1).framework(torch_compile_learner=False)
 
@@ -55,7 +55,9 @@ def learner_counts(gpus: int) -> list[int]:
 
 
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: int = 3,
-        presets: tuple[str, ...] | None = None, runners: int | None = None) -> str:
+        presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1) -> str:
+    """``cpus_per_learner`` (GPU learners): CPUs Ray reserves for each learner actor, taken from the runners when
+    ``runners`` is not given (a learner whose update is bound by its CPU thread may starve beside busy runners)."""
     import ray
 
     import rl_speed
@@ -69,8 +71,11 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         gpus = torch.cuda.device_count()
     counts = learner_counts(gpus if device == "cuda" else 2)
     cpus = usable_cpus()
+    if cpus_per_learner < 1:
+        raise ValueError(f"learner_scaling.run: `cpus_per_learner` must be >= 1, got {cpus_per_learner}.")
+    learner_cpus = counts[-1] * (cpus_per_learner if device == "cuda" else 1)
     if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count
-        runners = max(counts[-1], (cpus - counts[-1] - 1) // counts[-1] * counts[-1])
+        runners = max(counts[-1], (cpus - learner_cpus - 1) // counts[-1] * counts[-1])
     names, skipped = [], []
     for name in presets or PRESETS:
         try:
@@ -78,7 +83,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             names.append(name)
         except ImportError as e:
             skipped.append(f"{name} not run: {e}")
-    ray.init(address="local", num_cpus=max(cpus, runners + counts[-1] + 1), num_gpus=gpus, include_dashboard=False,
+    ray.init(address="local", num_cpus=max(cpus, runners + learner_cpus + 1), num_gpus=gpus, include_dashboard=False,
              log_to_driver=False)
     sections = []
     try:
@@ -88,7 +93,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             rows, base = [], None
             for k in counts:
                 try:
-                    result = timed_run(_scaled(preset, runners, k, device), seconds, warmup)
+                    result = timed_run(_scaled(preset, runners, k, device, cpus_per_learner), seconds, warmup)
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
                     rows.append(f"| {k} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |")
                     continue
@@ -117,7 +122,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         "### Learner scaling over GPUs of one host (FastPPO GPU presets, DDP)",
         "",
         f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
-        f"CPUs usable: {cpus} · date: {time.strftime('%Y-%m-%d')} · each row over {seconds:.0f} s after {warmup} "
+        f"CPUs usable: {cpus} · CPUs per learner: {cpus_per_learner if device == 'cuda' else 1} · date: "
+        f"{time.strftime('%Y-%m-%d')} · each row over {seconds:.0f} s after {warmup} "
         "warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = "
         "rate(k) / (k x rate(1)).",
         "",

@@ -1,0 +1,28 @@
+"""The learner-scaling bench's configs (the GPU run itself needs a multi-GPU host): strong scaling keeps the batch of
+the runners and splits it over the learners, and ``cpus_per_learner`` reaches RLlib's learner config."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_speed.bench.learner_scaling import PRESETS, _load, _scaled, learner_counts, run
+
+
+def test_learner_counts_double_up_to_the_gpus():
+    assert learner_counts(0) == [1] and learner_counts(4) == [1, 2, 4] and learner_counts(8) == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("learners", [1, 2, 4])
+def test_scaled_config_splits_one_batch_over_the_learners(learners):
+    preset = _load(PRESETS["grid arena"])
+    config = _scaled(preset, runners=8, learners=learners, device="cuda", cpus_per_learner=3)
+    batch = 8 * preset.num_envs_per_env_runner * preset.rollout_fragment_length
+    assert config.num_env_runners == 8 and config.num_learners == learners
+    assert config.train_batch_size_per_learner * learners == batch
+    assert config.num_gpus_per_learner == 1 and config.num_cpus_per_learner == 3
+    assert config.minibatch_size == min(preset.minibatch_size, batch // learners)
+
+
+def test_cpus_per_learner_below_one_is_refused_before_ray_starts():
+    with pytest.raises(ValueError, match="`cpus_per_learner` must be >= 1, got 0"):
+        run(device="cpu", presets=("grid arena",), cpus_per_learner=0)
