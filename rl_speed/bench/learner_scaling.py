@@ -73,7 +73,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
     cpus = usable_cpus()
     if cpus_per_learner < 1:
         raise ValueError(f"learner_scaling.run: `cpus_per_learner` must be >= 1, got {cpus_per_learner}.")
-    learner_cpus = counts[-1] * (cpus_per_learner if device == "cuda" else 1)
+    per_learner = cpus_per_learner if device == "cuda" else 1  # CPU learners keep one core each (_scaled)
+    learner_cpus = counts[-1] * per_learner
     if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count
         runners = max(counts[-1], (cpus - learner_cpus - 1) // counts[-1] * counts[-1])
     names, skipped = [], []
@@ -122,7 +123,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         "### Learner scaling over GPUs of one host (FastPPO GPU presets, DDP)",
         "",
         f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
-        f"CPUs usable: {cpus} · CPUs per learner: {cpus_per_learner if device == 'cuda' else 1} · date: "
+        f"CPUs usable: {cpus} · CPUs per learner: {per_learner} · date: "
         f"{time.strftime('%Y-%m-%d')} · each row over {seconds:.0f} s after {warmup} "
         "warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = "
         "rate(k) / (k x rate(1)).",
