@@ -36,25 +36,32 @@ class RunnerBatch(NamedTuple):
     weights_seq_no: int  # the weights the runner sampled with (RLlib's counter, raised by every sync)
     num_steps: int  # valid transitions in ``columns``
     connector_state: dict  # the runner's env-to-module / module-to-env connector states after this batch
+    sample_seconds: float  # wall-clock of the runner's sample_columns() call for this batch
 
 
 def _connector_state(runner: Any) -> dict:
     return runner.get_state(components=[COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_MODULE_TO_ENV_CONNECTOR])
 
 
-def _sample_runner(runner: Any) -> RunnerBatch:
+def _timed_sample(runner: Any) -> tuple[Columns, float]:
+    start = time.perf_counter()
     columns = runner.sample_columns()
+    return columns, time.perf_counter() - start
+
+
+def _sample_runner(runner: Any) -> RunnerBatch:
+    columns, seconds = _timed_sample(runner)
     return RunnerBatch(runner.worker_index, columns, runner.get_metrics(), runner._weights_seq_no, num_steps(columns),
-                       _connector_state(runner))
+                       _connector_state(runner), seconds)
 
 
 def _sample_runner_by_reference(runner: Any) -> RunnerBatch:
     """As :func:`_sample_runner`, but the columns stay in the object store (put by the runner, which owns them):
     the algorithm passes the reference on to a learner actor, which reads them from there; the driver never
     copies them."""
-    columns = runner.sample_columns()
+    columns, seconds = _timed_sample(runner)
     return RunnerBatch(runner.worker_index, ray.put(columns), runner.get_metrics(), runner._weights_seq_no,
-                       num_steps(columns), _connector_state(runner))
+                       num_steps(columns), _connector_state(runner), seconds)
 
 
 class ColumnSampler:
@@ -79,7 +86,11 @@ class ColumnSampler:
     back by ``sample_timeout_s``: a failed, restarting or slow runner; in streaming mode a failed runner's lost request
     shows in RLlib's fault-tolerance metrics instead); ``batches_stale_lifetime`` (sampled with
     weights older than the newest pushed to the runners); ``weights_lag_max`` (by how many learner update calls,
-    this iteration); ``requests_in_flight`` (the queue: samples running on the runners after this call).
+    this iteration); ``requests_in_flight`` (the queue: samples running on the runners after this call);
+    ``sample_s_min`` / ``sample_s_max`` (the fastest and slowest runner's ``sample_columns()`` wall-clock among the
+    batches of this call: how long a runner is busy per batch, and how far the slowest one holds the others up. RLlib's
+    ``env_runners/sample`` timer is an EMA of coefficient 0.01 per call, which reads close to the first, slow calls
+    for a hundred calls).
     """
 
     TAG = "rl_speed_columns"
@@ -144,6 +155,10 @@ class ColumnSampler:
         log((SAMPLER_KEY, "batches_stale_lifetime"), sum(lag > 0 for lag in lags), reduce="lifetime_sum")
         log((SAMPLER_KEY, "weights_lag_max"), max(lags, default=0), window=1)
         log((SAMPLER_KEY, "requests_in_flight"), self._in_flight, window=1)
+        if results:
+            seconds = [r.sample_seconds for r in results]
+            log((SAMPLER_KEY, "sample_s_min"), min(seconds), window=1)
+            log((SAMPLER_KEY, "sample_s_max"), max(seconds), window=1)
 
 
 def sync_connector_states(algo: Any, results: list[RunnerBatch]) -> None:

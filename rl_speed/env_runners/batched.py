@@ -46,6 +46,8 @@ from ray.rllib.utils.metrics import (
     EPISODE_RETURN_MAX,
     EPISODE_RETURN_MEAN,
     EPISODE_RETURN_MIN,
+    ENV_STEP_TIMER,
+    RLMODULE_INFERENCE_TIMER,
     SAMPLE_TIMER,
 )
 
@@ -171,6 +173,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             columns[C.IS_FIRST] = np.empty((steps, n), bool)
             columns[C.STATE_IN] = tree.map_structure(
                 lambda s: np.empty((steps // horizon, *s.shape), np.float32), self._state)
+        clock = time.perf_counter
+        env_seconds = inference_seconds = 0.0  # RLlib's env_step_timer / rlmodule_inference_timer, per step
         for t in range(steps):
             _write(columns[C.OBS], t, self._obs)
             if stateful:
@@ -186,12 +190,16 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 actions, extra = self.env.action_space.sample(), {}
             else:
                 step_t = self.num_env_steps_sampled_lifetime + t * n * runners
+                start = clock()
                 actions, extra = self._compute_actions(self._obs, explore, step_t)
+                inference_seconds += clock() - start
             for key, value in extra.items():
                 if key not in columns:
                     columns[key] = np.empty((steps, n, *value.shape[1:]), value.dtype)
                 columns[key][t] = value
+            start = clock()
             raw_obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
+            env_seconds += clock() - start
             valid = ~self._resetting
             _write(columns[C.ACTIONS], t, actions)
             columns[C.REWARDS][t] = clip_rewards(rewards, self.config.clip_rewards)  # metrics keep the raw ones
@@ -205,6 +213,12 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             self._resetting = terminateds | truncateds
             self._obs = obs
         _write(columns[C.OBS], steps, self._obs)
+        # RLlib's runner pushes one value per step into an EMA of coefficient 0.01; one push per call of the
+        # per-step mean, with coefficient 1 - 0.99**steps, weighs the history the same way at a cost per call.
+        ema = 1.0 - 0.99**steps
+        self.metrics.log_value(ENV_STEP_TIMER, env_seconds / steps, ema_coeff=ema)
+        if not random_actions:
+            self.metrics.log_value(RLMODULE_INFERENCE_TIMER, inference_seconds / steps, ema_coeff=ema)
         if stateful:  # the state obs[T] is acted on with (unless obs[T] starts an episode: then zeros)
             columns[C.STATE_OUT] = tree.map_structure(lambda s: s.cpu().numpy()[None].copy(), self._state)
         return columns

@@ -215,7 +215,10 @@ def test_async_sampling_runners_keep_getting_the_learners_weights(ray_session):
     connector-state broadcast of the same iteration, and the runners' weights lag grew by one per iteration."""
     algo = _config(async_sampling=True).env_runners(num_env_runners=2, num_envs_per_env_runner=4).build_algo()
     try:
-        lags = [algo.train()["sampler"]["weights_lag_max"] for _ in range(10)]
+        samplers = [algo.train()["sampler"] for _ in range(10)]
+        lags = [sampler["weights_lag_max"] for sampler in samplers]
         assert max(lags) <= 2, lags  # sampled with the weights of one or two updates ago, never older
+        # The runners' own sample_columns() wall-clock, fastest and slowest of the batches of the iteration.
+        assert all(0 < s["sample_s_min"] <= s["sample_s_max"] < 60 for s in samplers), samplers
     finally:
         algo.stop()

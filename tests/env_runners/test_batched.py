@@ -3,6 +3,8 @@ truncated episodes keep their true final observation for bootstrapping."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -86,6 +88,18 @@ def test_metrics_use_rllib_keys_and_count_only_real_steps():
     ended = ((cols["terminateds"] | cols["truncateds"]) & cols["valid"]).sum()
     assert metrics["num_episodes"].peek() == ended
     assert -1.0 <= metrics["episode_return_mean"].peek() < 5 and metrics["episode_len_mean"].peek() >= 1
+
+
+def test_phase_timers_use_rllib_keys_with_seconds_per_step():
+    """env_step_timer and rlmodule_inference_timer are RLlib's runner keys: seconds per env step / forward call."""
+    runner = _runner(algo="PPO", t=20)
+    start = time.perf_counter()
+    runner.sample_columns()
+    per_step_bound = (time.perf_counter() - start) / 20
+    metrics = runner.get_metrics()
+    env_step, inference = metrics["env_step_timer"].peek(), metrics["rlmodule_inference_timer"].peek()
+    assert 0 < env_step < per_step_bound and 0 < inference < per_step_bound
+    assert env_step + inference < per_step_bound  # two disjoint parts of one step
 
 
 @pytest.mark.parametrize("algo", ["DQN", "PPO"])
