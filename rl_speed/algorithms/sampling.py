@@ -67,24 +67,29 @@ def _sample_runner_by_reference(runner: Any) -> RunnerBatch:
 class ColumnSampler:
     """Gathers :class:`RunnerBatch` es from the env runners each iteration, and counts what happened to them.
 
-    With ``config.async_sampling`` (and remote runners) every runner starts its next batch as soon as it hands one
-    over, so sampling overlaps the learner's update instead of waiting for it. The price: each batch was sampled with
-    the weights from one sync earlier (the pushed weights queue behind the in-flight sample on each runner). PPO's
-    importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so they stay correct.
+    With ``config.async_sampling`` (and remote runners) every runner starts its next batch the moment it hands one
+    over, so sampling overlaps the learner's update and no runner waits for another. The price: each batch was
+    sampled with the weights from one or two syncs earlier (the pushed weights queue behind the in-flight sample on
+    each runner). PPO's importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so
+    they stay correct.
 
     ``by_reference=True`` (FastPPO with learner actors): remote runners hand over object references instead of
     arrays (:func:`_sample_runner_by_reference`), so a batch goes from a runner to the learner that trains on it
     without passing through the driver.
 
-    ``streaming=True`` (FastDQN: a replay buffer takes batches in any order and number): instead of waiting for
-    every runner, a call returns as soon as at least one batch is ready, and each runner that handed one over gets
-    its next request at once (RLlib's ``foreach_env_runner_async_fetch_ready``: fetch, then launch on idle runners),
-    so no runner waits for the slowest one. Otherwise (FastPPO: one train batch needs every runner's lanes) a call
-    waits for all runners' batches.
+    ``streaming=True`` (FastDQN: a replay buffer takes batches in any order and number): a call returns as soon as
+    at least one batch is ready. Otherwise (FastPPO: one train batch of ``num_env_runners`` runner batches) a call
+    returns once that many batches are in, from whichever runners delivered them: a fast runner may give two and a
+    slow one none, and a batch beyond the count waits for the next call. Waiting instead for one batch from every
+    runner held each iteration to the slowest runner: on the MettaGrid GPU preset the slowest of 15 runners took
+    1.5x the fastest's time (0.59 vs 0.38 s per batch), so the others idled a third of the time. In both modes the
+    next request goes to a runner as soon as its batch is fetched (RLlib's
+    ``foreach_env_runner_async_fetch_ready``).
 
-    Result keys (``sampler/...``): ``batches_received_lifetime``; ``batches_dropped_lifetime`` (asked for but not
-    back by ``sample_timeout_s``: a failed, restarting or slow runner; in streaming mode a failed runner's lost request
-    shows in RLlib's fault-tolerance metrics instead); ``batches_stale_lifetime`` (sampled with
+    Result keys (``sampler/...``): ``batches_received_lifetime``; ``batches_dropped_lifetime`` (synchronous sampling:
+    asked for but not back by ``sample_timeout_s``, from a failed, restarting or slow runner; under async sampling a
+    late batch is taken by a later call, and a failed runner's lost request shows in RLlib's fault-tolerance
+    metrics); ``batches_stale_lifetime`` (sampled with
     weights older than the newest pushed to the runners); ``weights_lag_max`` (by how many learner update calls,
     this iteration); ``requests_in_flight`` (the queue: samples running on the runners after this call);
     ``sample_s_min`` / ``sample_s_max`` (the fastest and slowest runner's ``sample_columns()`` wall-clock among the
@@ -100,6 +105,7 @@ class ColumnSampler:
         self.streaming = streaming
         self._sample_remote = _sample_runner_by_reference if by_reference else _sample_runner
         self._in_flight = 0
+        self._early: list[RunnerBatch] = []  # FastPPO: batches beyond one train batch, for the next call
 
     def sample(self) -> list[RunnerBatch]:
         algo = self.algo
@@ -110,18 +116,8 @@ class ColumnSampler:
             self._record(results, asked=max(1, remote))
             return results
         if self.streaming:
-            return self._stream()
-        if not self._in_flight:
-            self._launch()
-        results: list = []
-        deadline = time.monotonic() + (algo.config.sample_timeout_s or 60.0)
-        while len(results) < self._in_flight and time.monotonic() < deadline:
-            ready = group.fetch_ready_async_reqs(tags=self.TAG, timeout_seconds=1.0)
-            results += [result for _, result in ready]
-        asked, self._in_flight = self._in_flight, 0  # a runner that failed or timed out is dropped this iteration
-        self._launch()  # the next batch starts now, while the learner updates on this one
-        self._record(results, asked)
-        return results
+            return self._stream(wanted=1)
+        return self._stream(wanted=max(1, remote))
 
     def _sample_all(self) -> list[RunnerBatch]:
         """A batch from every env runner, waiting for all; remote ones sample in parallel."""
@@ -131,19 +127,23 @@ class ColumnSampler:
         return algo.env_runner_group.foreach_env_runner(self._sample_remote, local_env_runner=False,
                                                         timeout_seconds=algo.config.sample_timeout_s)
 
-    def _stream(self) -> list[RunnerBatch]:
+    def _stream(self, wanted: int) -> list[RunnerBatch]:
+        """Up to ``wanted`` batches (fewer only if ``sample_timeout_s`` passes), as they arrive from any runner;
+        every runner that hands one over gets its next request at once. FastDQN (``wanted`` 1) takes every batch
+        that is ready; FastPPO keeps batches beyond ``wanted`` for the next call."""
         group = self.algo.env_runner_group
-        results: list = []
+        results, self._early = self._early, []
         deadline = time.monotonic() + (self.algo.config.sample_timeout_s or 60.0)
-        while not results and time.monotonic() < deadline:
+        while len(results) < wanted and time.monotonic() < deadline:
             results += group.foreach_env_runner_async_fetch_ready(self._sample_remote, tag=self.TAG,
-                                                                  timeout_seconds=0.1)
+                                                                  timeout_seconds=0.02)
+        if not self.streaming:
+            results, self._early = results[:wanted], results[wanted:]
         self._in_flight = group.num_in_flight_async_reqs(tag=self.TAG)
+        # A shortfall is not a drop: the batches still come, and a later call takes them. A failed runner's lost
+        # request shows in RLlib's fault-tolerance metrics.
         self._record(results, asked=len(results))
         return results
-
-    def _launch(self) -> None:
-        self._in_flight = self.algo.env_runner_group.foreach_env_runner_async(self._sample_remote, tag=self.TAG)
 
     def _record(self, results: list[RunnerBatch], asked: int) -> None:
         local = self.algo.env_runner  # every sync reaches the local runner too: its version is the newest pushed
