@@ -53,3 +53,26 @@ def test_a_cpu_runner_keeps_its_module_on_the_cpu():
     runner = _runner(gpus=0)
     assert next(runner.module.parameters()).device.type == "cpu"
     check(runner.sample_columns())
+
+
+@needs_cuda
+def test_a_gpu_multi_agent_runner_acts_on_its_gpu_and_returns_numpy_columns():
+    """One forward per module per step on the GPU, over that module's lanes."""
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+    from rl_speed.env_runners.multi_agent import MultiAgentBatchedEnvRunner
+
+    config = (FastPPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
+              .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=16, num_gpus_per_env_runner=0.5)
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, episode, **kw: f"p{aid}"))
+    runner = MultiAgentBatchedEnvRunner(config=config, worker_index=1)
+    try:
+        assert all(next(runner.module[mid].parameters()).device.type == "cuda" for mid in ("p0", "p1"))
+        for _ in range(2):
+            cols = runner.sample_columns()
+            check(cols)
+            assert isinstance(cols["action_logp"], np.ndarray) and np.isfinite(cols["action_logp"][cols["valid"]]).all()
+        assert {0, 1} <= set(np.unique(cols["module"]).tolist())  # both modules acted
+    finally:
+        runner.stop()
