@@ -48,7 +48,7 @@ def test_grid_arena_task_runs_both_rllib_contenders_on_the_batched_form():
         config.validate()  # the judged id's single form is the MultiAgentEnv; the runners build the vector form
 
 
-@pytest.mark.parametrize("task_name", ["CartPole-v1", "rl_speed/Snake-v0", "rl_speed/GridArena-v0"])
+@pytest.mark.parametrize("task_name", ["CartPole-v1", "Acrobot-v1", "rl_speed/Snake-v0", "rl_speed/GridArena-v0"])
 def test_ours_rows_are_fast_ppo_configs_that_carry_their_settings(task_name):
     """An "ours" row is the task's shared settings with FastPPO's own over them; each of its keys reaches the
     config (nothing silently dropped) and the config validates."""
@@ -63,6 +63,7 @@ def test_ours_rows_are_fast_ppo_configs_that_carry_their_settings(task_name):
     assert config.mixed_precision == settings.get("mixed_precision", "off")
     assert config.vf_loss_coeff == settings.get("vf_loss_coeff", 0.5 if settings["sb3_loss"] else 1.0)
     assert config.env_config == task.env_config
+    assert config.num_epochs == settings["epochs"] and config.lr == settings["lr"]
 
 
 def test_permutation_p():
