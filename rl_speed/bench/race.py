@@ -23,7 +23,7 @@ DQN contenders, on the tasks with rl-zoo DQN hyperparameters (CartPole-v1, Acrob
 settings: lr 2.5e-4, batch 512, buffer 100k, target update every 5,000 steps, 4 gradient steps per 16 env steps,
 epsilon 1 -> 0.11 over 6% of n_timesteps, 64-64 ReLU, one env):
 
-* ``FastDQN (ours)``: ``tuned_examples/cartpole_fastdqn.yaml``'s settings (CartPole only);
+* ``FastDQN (ours)``: ``tuned_examples/cartpole_fastdqn.yaml``'s settings (on Acrobot too, untuned there);
 * ``FastDQN (zoo)``, ``DQN (zoo)``: FastDQN and stock RLlib DQN at rl-zoo's settings mapped to RLlib's keys
   (:func:`dqn_zoo_in_rllib`: no double Q, no dueling, 1-step, uniform replay, grad-norm clip 10; learning starts
   once a batch is stored, where SB3 samples with replacement from fewer);
@@ -204,7 +204,8 @@ TASKS = {
                        zoo={"n_envs": 16, "n_steps": 256, "batch_size": 64, "gae_lambda": 0.94, "gamma": 0.99,
                             "n_epochs": 4, "ent_coef": 0.0, "learning_rate": 3e-4, "clip_range": 0.2,
                             "n_timesteps": 1_000_000},
-                       ours=ACROBOT_FASTPPO, dqn_zoo={**DQN_ZOO, "n_timesteps": 150_000}),
+                       ours=ACROBOT_FASTPPO, dqn_zoo={**DQN_ZOO, "n_timesteps": 150_000},
+                       dqn_ours=CARTPOLE_FASTDQN),  # the CartPole example's settings, not tuned for Acrobot
     # No rl-zoo entry: every contender gets tuned_examples/snake_ppo.yaml's settings (snake_fastppo.yaml: the same).
     "rl_speed/Snake-v0": Task("rl_speed/Snake-v0", 5.0, 1_000_000,
                               zoo={"n_envs": 64, "n_steps": 128, "batch_size": 1024, "gae_lambda": 0.95,
