@@ -213,12 +213,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             self._resetting = terminateds | truncateds
             self._obs = obs
         _write(columns[C.OBS], steps, self._obs)
-        # RLlib's runner pushes one value per step into an EMA of coefficient 0.01; one push per call of the
-        # per-step mean, with coefficient 1 - 0.99**steps, weighs the history the same way at a cost per call.
-        ema = 1.0 - 0.99**steps
-        self.metrics.log_value(ENV_STEP_TIMER, env_seconds / steps, ema_coeff=ema)
-        if not random_actions:
-            self.metrics.log_value(RLMODULE_INFERENCE_TIMER, inference_seconds / steps, ema_coeff=ema)
+        log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
         if stateful:  # the state obs[T] is acted on with (unless obs[T] starts an episode: then zeros)
             columns[C.STATE_OUT] = tree.map_structure(lambda s: s.cpu().numpy()[None].copy(), self._state)
         return columns
@@ -277,6 +272,18 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
         ):
             self.metrics.log_value(key, float(value), reduce=reduce, window=1)
+
+
+def log_step_timers(metrics: Any, steps: int, env_seconds: float, inference_seconds: float | None) -> None:
+    """RLlib's ``env_step_timer`` and ``rlmodule_inference_timer`` (seconds per step of all lanes) for one
+    ``sample_columns()`` call of ``steps`` steps; ``inference_seconds`` None: no forward ran (random actions).
+
+    RLlib's runner pushes one value per step into an EMA of coefficient 0.01; one push per call of the per-step mean,
+    with coefficient 1 - 0.99**steps, weighs the history the same way at a cost per call."""
+    ema = 1.0 - 0.99**steps
+    metrics.log_value(ENV_STEP_TIMER, env_seconds / steps, ema_coeff=ema)
+    if inference_seconds is not None:
+        metrics.log_value(RLMODULE_INFERENCE_TIMER, inference_seconds / steps, ema_coeff=ema)
 
 
 def clip_rewards(rewards: np.ndarray, setting: bool | float | None) -> np.ndarray:

@@ -47,7 +47,8 @@ from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from rl_speed import columns as C
 from rl_speed.columns import Columns
-from rl_speed.env_runners.batched import _set_runner_threads, _write, clip_rewards, module_actions, to_env_actions
+from rl_speed.env_runners.batched import (_set_runner_threads, _write, clip_rewards, log_step_timers, module_actions,
+                                          to_env_actions)
 
 
 class TurnBasedEnvError(ValueError):
@@ -166,12 +167,16 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         runners = self.config.num_env_runners or 1
         env_steps = episodes = 0
         agents = self._agents
+        clock = time.perf_counter
+        env_seconds = inference_seconds = 0.0
         for t in range(steps):
             _write(columns[C.OBS], t, self._obs)
             columns[C.MODULE][t] = self._module
             acting = self._present & ~np.repeat(self._resetting, a)
+            start = clock()
             actions = self._act(columns, t, acting, explore, random_actions,
                                 self.num_env_steps_sampled_lifetime + t * n * runners)
+            inference_seconds += clock() - start
             flat = list(actions) if isinstance(actions, np.ndarray) else None  # per-lane scalars, read once
             for i, env in enumerate(self._envs):
                 base = i * a
@@ -185,7 +190,10 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 else:
                     action_dict = {aid: tree.map_structure(lambda x, k=base + k: x[k], actions)
                                    for k, aid in enumerate(self._agents) if acting[base + k]}
-                ended = self._step_copy(i, env.step(action_dict), acting[base:base + a], columns, t)
+                start = clock()
+                result = env.step(action_dict)
+                env_seconds += clock() - start
+                ended = self._step_copy(i, result, acting[base:base + a], columns, t)
                 columns[C.ENV_STEP][t, base] = True
                 env_steps += 1
                 if ended:
@@ -194,6 +202,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                     episodes += 1
         _write(columns[C.OBS], steps, self._obs)
         columns[C.MODULE][steps] = self._module
+        log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
         return columns, env_steps, episodes
 
     def _step_copy(self, i: int, result: tuple, acting: np.ndarray, columns: Columns, t: int) -> bool:

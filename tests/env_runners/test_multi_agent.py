@@ -114,6 +114,7 @@ def test_lanes_masks_modules_and_episode_metrics(ray_session):
         assert metrics["num_agent_steps_sampled"]["a0"] == 8
         assert metrics["num_module_steps_sampled"]["even"] == 8 + 16
         assert metrics["num_episodes"] == 4
+        assert metrics["env_step_timer"] > 0 and metrics["rlmodule_inference_timer"] > 0  # RLlib's keys, s per step
         assert not cols[C.VALID][9].any()  # the reset step after episode 2
         more = runner.sample_columns()  # continues: episode 3 starts at the first step of the next call
         assert more[C.VALID][0].all() and (more[C.OBS][0, :, 1] == 0).all()
