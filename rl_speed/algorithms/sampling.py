@@ -70,7 +70,7 @@ class ColumnSampler:
     With ``config.async_sampling`` (and remote runners) every runner starts its next batch the moment it hands one
     over, so sampling overlaps the learner's update and no runner waits for another. The price: each batch was
     sampled with the weights from one or two syncs earlier (the pushed weights queue behind the in-flight sample on
-    each runner). PPO's importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so
+    each runner), or three for a FastPPO batch kept over from the previous call. PPO's importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so
     they stay correct.
 
     ``by_reference=True`` (FastPPO with learner actors): remote runners hand over object references instead of

@@ -217,7 +217,9 @@ def test_async_sampling_runners_keep_getting_the_learners_weights(ray_session):
     try:
         samplers = [algo.train()["sampler"] for _ in range(10)]
         lags = [sampler["weights_lag_max"] for sampler in samplers]
-        assert max(lags) <= 2, lags  # sampled with the weights of one or two updates ago, never older
+        # Sampled with the weights of one or two updates ago, plus one iteration for a batch kept over from the
+        # previous call (a runner holds one request at a time, so at most one batch is kept): never older.
+        assert max(lags) <= 3, lags
         # The runners' own sample_columns() wall-clock, fastest and slowest of the batches of the iteration.
         assert all(0 < s["sample_s_min"] <= s["sample_s_max"] < 60 for s in samplers), samplers
     finally:
