@@ -70,8 +70,8 @@ class ColumnSampler:
     With ``config.async_sampling`` (and remote runners) every runner starts its next batch the moment it hands one
     over, so sampling overlaps the learner's update and no runner waits for another. The price: each batch was
     sampled with the weights from one or two syncs earlier (the pushed weights queue behind the in-flight sample on
-    each runner), or three for a FastPPO batch kept over from the previous call. PPO's importance ratio and KL term use the behaviour policy's recorded log-probs and logits, so
-    they stay correct.
+    each runner), or three for a FastPPO batch kept over from the previous call. PPO's importance ratio and KL term
+    use the behaviour policy's recorded log-probs and logits, so they stay correct.
 
     ``by_reference=True`` (FastPPO with learner actors): remote runners hand over object references instead of
     arrays (:func:`_sample_runner_by_reference`), so a batch goes from a runner to the learner that trains on it
@@ -115,9 +115,7 @@ class ColumnSampler:
             results = self._sample_all()
             self._record(results, asked=max(1, remote))
             return results
-        if self.streaming:
-            return self._stream(wanted=1)
-        return self._stream(wanted=max(1, remote))
+        return self._stream(wanted=1 if self.streaming else max(1, remote))
 
     def _sample_all(self) -> list[RunnerBatch]:
         """A batch from every env runner, waiting for all; remote ones sample in parallel."""

@@ -185,7 +185,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                         for s in tree.flatten(self._state):
                             s[first] = 0.0
                 if t % horizon == 0:
-                    _write(columns[C.STATE_IN], t // horizon, tree.map_structure(lambda s: s.cpu().numpy(), self._state))
+                    _write(columns[C.STATE_IN], t // horizon,
+                           tree.map_structure(lambda s: s.cpu().numpy(), self._state))
             if random_actions:
                 actions, extra = self.env.action_space.sample(), {}
             else:

@@ -24,7 +24,8 @@ def _runner(recurrent: bool = False, gpus: float = 0.5):
     from rl_speed.env_runners import BatchedEnvRunner
     from rl_speed.registry import resolve_module
 
-    config = (FastPPOConfig().environment("rl_speed/Snake-v0", env_config={"height": 5, "width": 5, "observation": "flat"})
+    snake = {"height": 5, "width": 5, "observation": "flat"}
+    config = (FastPPOConfig().environment("rl_speed/Snake-v0", env_config=snake)
               .env_runners(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=8, rollout_fragment_length=16,
                            gym_env_vectorize_mode="vector_entry_point", num_gpus_per_env_runner=gpus))
     if recurrent:
