@@ -9,7 +9,7 @@ import torch
 
 from ray.rllib.core.columns import Columns
 
-from rl_speed.modules.tokens import TokenActorCritic
+from rl_speed.modules.tokens import TokenActorCritic, token_features
 
 
 def module(slots=50):
@@ -106,3 +106,19 @@ def test_recurrent_token_module_rejects_other_spaces():
     with pytest.raises(ValueError, match="RecurrentTokenActorCritic: observations must be uint8 tokens"):
         RecurrentTokenActorCritic(observation_space=gym.spaces.Box(0, 1, (4,), np.float32),
                                   action_space=gym.spaces.Discrete(2))
+
+
+def test_token_features_equal_the_sum_over_present_tokens():
+    """The sparse encoder against its definition, token by token (rows with no token give zeros)."""
+    torch.manual_seed(0)
+    net = module()
+    obs = tokens(5, 50, [3, 10, 0, 7, 50], seed=1)
+    expected = torch.zeros(5, 16)
+    for b in range(5):
+        rows = [row for row in obs[b].tolist() if row[0] != 255]
+        for location, feature, value in rows:
+            index = feature * 256 + location
+            expected[b] += net.presence.weight[index] + value / 255.0 * net.magnitude.weight[index]
+        expected[b] /= max(len(rows), 1)
+    with torch.no_grad():
+        assert torch.allclose(token_features(net.presence, net.magnitude, obs), expected, atol=1e-5)
