@@ -40,8 +40,10 @@ the target per seed and a two-sided exact permutation test on the mean of log(en
 
 from __future__ import annotations
 
+import glob
 import itertools
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -55,9 +57,43 @@ from rl_speed.bench.common import machine
 WINDOW = 20  # finished episodes in the judge's running mean
 
 
+@dataclass(frozen=True)
+class JudgeFiles:
+    """Where the judges of several processes on one host log (a contender whose env runners are Ray actors): one CSV
+    per process in ``directory``, each line ``seconds,env steps,return``. Seconds count on the host's monotonic clock
+    (shared by its processes) from ``start``, the driver's ``time.monotonic()`` before the contender is built; env
+    steps are the writing process's own count. :meth:`read` merges the files into one log."""
+
+    directory: str
+    start: float
+
+    def record(self, steps: int, returns: list[float]) -> None:
+        now = time.monotonic() - self.start
+        with open(os.path.join(self.directory, f"{os.getpid()}.csv"), "a") as f:  # appended, so a crash keeps it
+            f.writelines(f"{now:.3f},{steps},{r!r}\n" for r in returns)
+
+    def read(self) -> list[tuple[float, int, float]]:
+        """All processes' episodes in time order; env steps at an episode = the sum over processes of the count each
+        had logged by then (steps a process made after its last finished episode are not yet counted)."""
+        events = []
+        for i, path in enumerate(sorted(glob.glob(os.path.join(self.directory, "*.csv")))):
+            with open(path) as f:
+                for line in f:
+                    t, steps, ret = line.split(",")
+                    events.append((float(t), i, int(steps), float(ret)))
+        events.sort()
+        latest: dict[int, int] = {}
+        log = []
+        for t, i, steps, ret in events:
+            latest[i] = steps
+            log.append((t, sum(latest.values()), ret))
+        return log
+
+
 class EpisodeJudge(gym.Wrapper):
     """Logs ``(seconds since start, env steps so far, return)`` for every finished episode (see the module docstring).
-    The log and the counters are shared by every instance in this process."""
+    The log and the counters are shared by every instance in this process; with ``files``, episodes go to those
+    instead (for envs in other processes)."""
 
     log: list[tuple[float, int, float]] = []
     steps = 0
@@ -67,9 +103,18 @@ class EpisodeJudge(gym.Wrapper):
     def begin(cls) -> None:
         cls.log, cls.steps, cls.start = [], 0, time.perf_counter()
 
-    def __init__(self, env: gym.Env) -> None:
+    @classmethod
+    def record(cls, returns: list[float], files: JudgeFiles | None) -> None:
+        if files is None:
+            now = time.perf_counter() - cls.start
+            cls.log.extend((now, cls.steps, r) for r in returns)
+        else:
+            files.record(cls.steps, returns)
+
+    def __init__(self, env: gym.Env, files: JudgeFiles | None = None) -> None:
         super().__init__(env)
         self._return = 0.0
+        self._files = files
 
     def reset(self, **kwargs: Any) -> Any:
         self._return = 0.0
@@ -80,7 +125,7 @@ class EpisodeJudge(gym.Wrapper):
         EpisodeJudge.steps += 1
         self._return += float(reward)
         if terminated or truncated:
-            EpisodeJudge.log.append((time.perf_counter() - EpisodeJudge.start, EpisodeJudge.steps, self._return))
+            EpisodeJudge.record([self._return], self._files)
             self._return = 0.0
         return obs, reward, terminated, truncated, info
 
@@ -88,10 +133,11 @@ class EpisodeJudge(gym.Wrapper):
 class VectorEpisodeJudge(gym.vector.VectorWrapper):
     """The judge for a native NEXT_STEP vector env: the same log as :class:`EpisodeJudge`, reset steps not counted."""
 
-    def __init__(self, env: gym.vector.VectorEnv) -> None:
+    def __init__(self, env: gym.vector.VectorEnv, files: JudgeFiles | None = None) -> None:
         super().__init__(env)
         self._returns = np.zeros(env.num_envs)
         self._resetting = np.zeros(env.num_envs, bool)
+        self._files = files
 
     def reset(self, **kwargs: Any) -> Any:
         self._returns[:] = 0.0
@@ -105,25 +151,25 @@ class VectorEpisodeJudge(gym.vector.VectorWrapper):
         self._returns += np.where(live, rewards, 0.0)
         done = (terminated | truncated) & live
         if done.any():
-            now = time.perf_counter() - EpisodeJudge.start
-            EpisodeJudge.log.extend((now, EpisodeJudge.steps, float(r)) for r in self._returns[done])
+            EpisodeJudge.record([float(r) for r in self._returns[done]], self._files)
             self._returns[done] = 0.0
         self._resetting = terminated | truncated
         return obs, rewards, terminated, truncated, info
 
 
-def judged_id(env_id: str) -> str:
+def judged_id(env_id: str, files: JudgeFiles | None = None) -> str:
     """An env id for ``env_id`` wrapped in the judge, registered on first use: with gymnasium for gymnasium envs,
-    with Tune for rl_speed's envs (whose native vector form gets :class:`VectorEpisodeJudge`)."""
+    with Tune for rl_speed's envs (whose native vector form gets :class:`VectorEpisodeJudge`). With ``files`` (env
+    runners in other processes), always with Tune, whose registry reaches Ray's workers."""
     from rl_speed.registry import ENVIRONMENTS, make_env_creator
 
     judged = f"rl_speed_race/{env_id}"
-    if env_id in ENVIRONMENTS:
+    if env_id in ENVIRONMENTS or files is not None:
         from ray.tune.registry import register_env
 
-        creator = make_env_creator(env_id)
-        register_env(judged, lambda cfg: (VectorEpisodeJudge(creator(cfg)) if "num_envs" in cfg
-                                          else EpisodeJudge(creator(cfg))))
+        creator = make_env_creator(env_id) if env_id in ENVIRONMENTS else lambda cfg: gym.make(env_id, **cfg)
+        register_env(judged, lambda cfg: (VectorEpisodeJudge(creator(cfg), files) if "num_envs" in cfg
+                                          else EpisodeJudge(creator(cfg), files)))
     elif judged not in gym.registry:
         gym.register(judged, entry_point=lambda **kw: EpisodeJudge(gym.make(env_id, **kw)))
     return judged

@@ -1,0 +1,202 @@
+"""Time to a Pong score on a GPU box: FastPPO and FastDQN (their GPU presets) vs stock RLlib PPO vs
+Stable-Baselines3 PPO, one judge for all (:mod:`rl_speed.bench.race`'s, logging through :class:`JudgeFiles`, since
+the RLlib contenders' env runners are Ray actors).
+
+Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing: frame skip 4 with max-pooling,
+84 x 84 grayscale, 4 stacked frames, up to 30 no-op starts, FIRE on reset, sticky actions off; Pong has no lives):
+
+* ``FastPPO (ours)``: ``tuned_examples/atari_ppo_gpu.yaml``'s Pong experiment (15 runners x 16 emulators, CleanRL's
+  loss settings); ``FastDQN (ours)``: ``atari_dqn_gpu.yaml``'s;
+* ``PPO (ours)``: stock RLlib PPO with FastPPO's settings, module and runners on the scalar form
+  (:func:`rl_speed.bench.atari.stock_config`): the row at identical hyperparameters;
+* ``SB3 PPO (zoo)``: Stable-Baselines3's PPO with rl-zoo's Atari settings (:data:`ATARI_ZOO`: 8 envs x 128 steps,
+  4 epochs of minibatches of 256, lr 2.5e-4 and clip 0.1 both decayed linearly over 10M steps, entropy 0.01, the
+  Nature CNN policy), stepping :class:`AtariEnv` (the same preprocessing) in its DummyVecEnv.
+
+Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
+games reaches 18. Each contender runs in its own process (``python -m rl_speed.bench.race_atari contender ...``) for
+at most ``max_seconds``; :func:`run` starts them one after another, or side by side on a host with one GPU per
+contender (each on its own GPU and an equal share of the CPUs, hyperthread siblings together).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rl_speed.bench.common import machine, usable_cpus
+from rl_speed.bench.race import JudgeFiles, EpisodeJudge, Task, _task_section, judged_id, race_chart, reached
+
+#: rl-zoo's PPO entry for Atari games (hyperparams/ppo.yml, ``atari``), SB3's names; gamma 0.99 and lambda 0.95 are
+#: SB3's defaults.
+ATARI_ZOO = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": 2.5e-4,
+             "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01, "n_timesteps": 10_000_000}
+PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"})
+CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)")
+
+
+def slug(contender: str) -> str:
+    return contender.lower().replace(" ", "-").replace("(", "").replace(")", "")
+
+
+def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device: str) -> Any:
+    """The RLlib contenders: the presets of :mod:`rl_speed.bench.atari`, their env wrapped in the judge."""
+    from rl_speed.bench.atari import preset, stock_config
+
+    _, config = preset("DQN" if "DQN" in contender else "PPO", device)
+    config.environment(judged_id(PONG.env_id, files), env_config=dict(PONG.env_config)).debugging(seed=seed)
+    if contender == "PPO (ours)":
+        return stock_config("PPO", config).debugging(seed=seed)  # the scalar form: sync vectorization
+    return config.env_runners(gym_env_vectorize_mode="vector_entry_point")
+
+
+def run_sb3(files: JudgeFiles, seed: int, max_seconds: float, device: str) -> bool:
+    """SB3's PPO with :data:`ATARI_ZOO` until the judge's target or ``max_seconds``; False if SB3 is not installed."""
+    try:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError:
+        return False
+    from rl_speed_envs.atari import AtariEnv
+
+    zoo = dict(ATARI_ZOO)
+    timesteps, n_envs = zoo.pop("n_timesteps"), zoo.pop("n_envs")
+    lr, clip = zoo.pop("learning_rate"), zoo.pop("clip_range")
+    EpisodeJudge.begin()
+    env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**PONG.env_config), files), n_envs=n_envs, seed=seed)
+    model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
+                clip_range=lambda p: p * clip, **zoo)
+
+    class Stop(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.n_calls % 64:  # the judge's files are read every 512 env steps
+                return True
+            in_time = time.monotonic() - files.start < max_seconds
+            return in_time and not reached(files.read(), PONG.target, PONG.window)
+
+    model.learn(total_timesteps=timesteps, callback=Stop())
+    env.close()
+    return True
+
+
+def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda") -> None:
+    """One contender, one seed: the judge's files and ``meta.json`` in ``directory/<contender>-seed<seed>``."""
+    out = Path(directory) / f"{slug(contender)}-seed{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.csv"):  # a rerun replaces the previous run's log
+        stale.unlink()
+    files = JudgeFiles(str(out), time.monotonic())
+    meta: dict[str, Any] = {"contender": contender, "seed": seed, "max_seconds": max_seconds, "device": device,
+                            "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d")}
+    if contender == "SB3 PPO (zoo)":
+        meta["ran"] = run_sb3(files, seed, max_seconds, device)
+    else:
+        import ray
+
+        ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
+                 include_dashboard=False, log_to_driver=False)
+        try:
+            algo = rllib_contender_config(contender, files, seed, device).build_algo()
+            result: dict = {}
+            while time.monotonic() - files.start < max_seconds:
+                result = algo.train()
+                if reached(files.read(), PONG.target, PONG.window):
+                    break
+            meta["ran"] = True
+            meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))
+            algo.stop()
+        finally:
+            ray.shutdown()
+    meta["seconds"] = time.monotonic() - files.start
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def section(directory: str, charts: str | None = None) -> str:
+    """The race table (and chart) from every contender run found in ``directory``."""
+    results: dict[str, list] = {c: [] for c in CONTENDERS}
+    metas = []
+    for meta_path in sorted(Path(directory).glob("*/meta.json")):
+        meta = json.loads(meta_path.read_text())
+        metas.append(meta)
+        if meta.get("ran"):
+            results[meta["contender"]].append(JudgeFiles(str(meta_path.parent), 0.0).read())
+    results = {c: logs for c, logs in results.items() if logs or any(m["contender"] == c for m in metas)}
+    lines = ["Pong (`rl_speed/Atari-v0`, `game: pong`); returns are whole games (-21 to 21).",
+             _task_section(PONG, results, max(map(len, results.values()), default=0), "ppo / dqn")]
+    if charts:
+        lines.append(f"Chart: `{race_chart(PONG, 'ppo-dqn', results, charts)}`")
+    caps = sorted({m["max_seconds"] for m in metas})
+    lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "
+                 + "; ".join(sorted({f"{m['machine']}, {m['cpus']} CPUs, {m['device']}" for m in metas})))
+    return "\n\n".join(lines)
+
+
+def cpu_groups(k: int) -> list[list[int]]:
+    """This process's CPUs split into ``k`` equal groups, hyperthread siblings kept together."""
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def core(cpu: int) -> str:
+        try:
+            return Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+        except OSError:
+            return str(cpu)
+
+    ordered = sorted(cpus, key=lambda c: (min(int(x) for x in core(c).replace("-", ",").split(",")), c))
+    size = len(ordered) // k
+    return [ordered[i * size:(i + 1) * size] for i in range(k)]
+
+
+def run(repeats: int = 1, device: str = "cuda", max_seconds: float = 600.0,
+        directory: str = "results/bench/race_atari", charts: str | None = "results/bench") -> str:
+    """Every contender for seeds ``0..repeats-1``: side by side where the box has a GPU per contender, else one after
+    another; then the table."""
+    import torch
+
+    side_by_side = device == "cuda" and torch.cuda.device_count() >= len(CONTENDERS)
+    for seed in range(repeats):
+        groups = cpu_groups(len(CONTENDERS)) if side_by_side else [sorted(os.sched_getaffinity(0))] * len(CONTENDERS)
+        procs = []
+        for gpu, (contender, cpus) in enumerate(zip(CONTENDERS, groups)):
+            env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if side_by_side else {}))
+            command = [sys.executable, "-m", "rl_speed.bench.race_atari", "contender", contender, "--seed", str(seed),
+                       "--seconds", str(max_seconds), "--dir", directory, "--device", device]
+            procs.append(subprocess.Popen(["taskset", "-c", ",".join(map(str, cpus)), *command], env=env))
+            if not side_by_side:
+                procs[-1].wait()
+        for proc in procs:
+            proc.wait()
+    return section(directory, charts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rl_speed.bench.race_atari", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    one = commands.add_parser("contender", help="run one contender for one seed")
+    one.add_argument("contender", choices=CONTENDERS)
+    one.add_argument("--seed", type=int, default=0)
+    one.add_argument("--seconds", type=float, default=600.0)
+    one.add_argument("--dir", default="results/bench/race_atari")
+    one.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    table = commands.add_parser("section", help="print the table of the runs in a directory")
+    table.add_argument("dir")
+    table.add_argument("--charts", default=None)
+    args = parser.parse_args(argv)
+    import rl_speed
+
+    rl_speed.register()
+    if args.command == "contender":
+        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device)
+    else:
+        print(section(args.dir, args.charts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
