@@ -153,11 +153,16 @@ def cpu_groups(k: int) -> list[list[int]]:
     return [ordered[i * size:(i + 1) * size] for i in range(k)]
 
 
-def run(repeats: int = 1, device: str = "cuda", max_seconds: float = 600.0,
+def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         directory: str = "results/bench/race_atari", charts: str | None = "results/bench") -> str:
-    """Every contender for seeds ``0..repeats-1``: side by side where the box has a GPU per contender, else one after
-    another; then the table."""
+    """Every contender for seeds ``0..repeats-1`` (``rl-speed bench race-atari --device cuda --repeats N``): side by
+    side where the box has a GPU per contender, else one after another; then the table. On a CPU the presets shrink
+    to its cores (:func:`rl_speed.bench.atari.preset`), which says nothing about Pong scores."""
     import torch
+
+    from rl_speed.registry import check_env_installed
+
+    check_env_installed(PONG.env_id)  # without the [atari] extra: its install command, before anything starts
 
     side_by_side = device == "cuda" and torch.cuda.device_count() >= len(CONTENDERS)
     for seed in range(repeats):
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--seed", type=int, default=0)
     one.add_argument("--seconds", type=float, default=600.0)
     one.add_argument("--dir", default="results/bench/race_atari")
-    one.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    one.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     table = commands.add_parser("section", help="print the table of the runs in a directory")
     table.add_argument("dir")
     table.add_argument("--charts", default=None)

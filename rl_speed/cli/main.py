@@ -24,7 +24,7 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent",
               "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race",
               "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari",
-              "atari-policy": "rl_speed.bench.atari_policy"}
+              "atari-policy": "rl_speed.bench.atari_policy", "race-atari": "rl_speed.bench.race_atari"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -55,7 +55,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
     bench.add_argument("--output", default="results/bench",
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy)")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy, race-atari)")
     bench.add_argument("--checkpoint", help="mario-policy, atari-policy: the checkpoint folder of a trained run to evaluate")
     return parser
 
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                 return USAGE_ERROR
         try:
             markdown = run(args.repeats, **kwargs)
-        except (ValueError, FileNotFoundError) as e:  # a bad argument (e.g. no --checkpoint): say so, exit 2
+        except (ValueError, FileNotFoundError, ImportError) as e:  # a bad argument (e.g. no --checkpoint) or a
+            # missing extra (its install command): say so, exit 2
             print(str(e), file=sys.stderr)
             return USAGE_ERROR
         print(markdown)

@@ -96,6 +96,42 @@ def test_vector_judge_skips_reset_steps_and_logs_each_lane():
     assert best_mean(EpisodeJudge.log[:WINDOW - 1]) == float("-inf")
 
 
+
+def test_judge_files_merge_processes_in_time_order_with_summed_steps(tmp_path):
+    from rl_speed.bench.race import JudgeFiles
+
+    (tmp_path / "101.csv").write_text("1.0,100,-21.0\n3.0,250,-20.0\n")
+    (tmp_path / "202.csv").write_text("2.0,80,-19.0\n")
+    assert JudgeFiles(str(tmp_path), 0.0).read() == [(1.0, 100, -21.0), (2.0, 180, -19.0), (3.0, 330, -20.0)]
+
+
+def test_judge_files_collect_the_episodes_of_remote_env_runners(ray_session, tmp_path):
+    """A contender whose env runner is a Ray actor: its judge writes to the files the driver reads, from the
+    runner's process."""
+    import os
+    import time
+
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+    from rl_speed.bench.race import JudgeFiles
+
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    config = (FastPPOConfig().environment(judged_id("CartPole-v1", files))
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=4, rollout_fragment_length=64)
+              .training(train_batch_size_per_learner=256, minibatch_size=128, num_epochs=1))
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    log = files.read()
+    writers = {path.stem for path in tmp_path.glob("*.csv")}
+    assert log and str(os.getpid()) not in writers  # written by the runner, not the driver
+    assert all(0 < t < time.monotonic() - files.start for t, _, _ in log)
+    assert [s for _, s, _ in log] == sorted(s for _, s, _ in log)
+    assert log[-1][1] <= result["num_env_steps_sampled_lifetime"]
+    # CartPole: one reward per step; the count also holds the steps of episodes still running
+    assert all(sum(r for _, _, r in log[:i + 1]) <= steps for i, (_, steps, _) in enumerate(log))
+
 def _env_steps_to_target(family: str, settings: dict, task, seeds: int = 5,
                          stock_extra: dict | None = None) -> dict[str, list[float]]:
     """Env steps to the judge's target per seed for rl_speed's and stock RLlib's algorithm at the same settings

@@ -1,0 +1,73 @@
+"""The Pong race: its contenders' configs, its table from the judge's files, the CPU split for side-by-side runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from rl_speed.bench import race_atari
+from rl_speed.bench.race import JudgeFiles
+
+
+def _write_run(directory, contender, games, ran=True):
+    """A finished contender run as run_contender leaves it: the judge's CSV and meta.json."""
+    out = directory / f"{race_atari.slug(contender)}-seed0"
+    out.mkdir()
+    if games:
+        (out / "77.csv").write_text("".join(f"{t},{steps},{ret}\n" for t, steps, ret in games))
+    (out / "meta.json").write_text(json.dumps({"contender": contender, "seed": 0, "max_seconds": 600.0, "ran": ran,
+                                               "machine": "test box", "cpus": 16, "device": "cuda"}))
+
+
+def test_section_reads_each_contenders_files(tmp_path):
+    winning = [(100.0 + i, 1000 * (i + 1), -21.0 + 2 * i) for i in range(25)]  # last 20: mean of -11..27 = 8
+    _write_run(tmp_path, "FastPPO (ours)", [(t, s, r + 11.0) for t, s, r in winning])  # mean 19 from game 25
+    _write_run(tmp_path, "PPO (ours)", winning)
+    _write_run(tmp_path, "SB3 PPO (zoo)", [], ran=False)
+    table = race_atari.section(str(tmp_path))
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert "124.0 (124.0-124.0) s" in rows["FastPPO (ours)"] and "25,000" in rows["FastPPO (ours)"]
+    assert "not reached" in rows["PPO (ours)"] and "8.00" in rows["PPO (ours)"]
+    assert "not run (extra not installed)" in rows["SB3 PPO (zoo)"]
+    assert "FastDQN (ours)" not in rows  # no run of it in the directory
+    assert "time cap 600 s" in table
+
+
+def test_cpu_groups_split_this_process_cpus_evenly():
+    cpus = sorted(os.sched_getaffinity(0))
+    groups = race_atari.cpu_groups(len(cpus))
+    assert sorted(c for g in groups for c in g) == cpus and all(len(g) == 1 for g in groups)
+    assert sorted(race_atari.cpu_groups(1)[0]) == cpus
+
+
+def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rl_speed.bench.atari import preset
+
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    fast = race_atari.rllib_contender_config("FastPPO (ours)", files, seed=3, device="cuda")
+    _, expected = preset("PPO", "cuda")
+    assert fast.env == "rl_speed_race/rl_speed/Atari-v0" and fast.env_config == {"game": "pong"} and fast.seed == 3
+    assert fast.gym_env_vectorize_mode == "vector_entry_point"
+    for key in ("num_env_runners", "num_envs_per_env_runner", "minibatch_size", "num_epochs", "lr", "clip_param"):
+        assert getattr(fast, key) == getattr(expected, key), key
+    stock = race_atari.rllib_contender_config("PPO (ours)", files, seed=3, device="cuda")
+    assert type(stock) is PPOConfig and stock.env == fast.env and stock.seed == 3
+    assert (stock.minibatch_size, stock.num_epochs, stock.lr) == (fast.minibatch_size, fast.num_epochs, fast.lr)
+    dqn = race_atari.rllib_contender_config("FastDQN (ours)", files, seed=3, device="cuda")
+    assert type(dqn).__name__ == "FastDQNConfig" and dqn.env == fast.env
+
+
+def test_bench_without_the_atari_extra_names_its_install_command(capsys, monkeypatch):
+    import sys
+
+    from rl_speed.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # as if the extra were not installed: `import ale_py` fails
+    assert main(["bench", "race-atari", "--repeats", "1"]) == 2
+    assert "rl_speed[atari]" in capsys.readouterr().err
