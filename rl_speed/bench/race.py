@@ -608,7 +608,7 @@ def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1",
                     log = fn(seed)
                     if log is not None:
                         results[contender].append(log)
-            sections.append(_task_section(task, results, repeats, family))
+            sections.append(task_section(task, results, family))
             if charts:
                 sections.append(f"Chart: `{race_chart(task, family, results, charts)}`")
     finally:
@@ -656,7 +656,8 @@ def race_chart(task: Task, family: str, results: dict[str, list], directory: str
     return str(path)
 
 
-def _task_section(task: Task, results: dict[str, list], repeats: int, family: str = "ppo") -> str:
+def task_section(task: Task, results: dict[str, list], family: str = "ppo") -> str:
+    """The markdown table of one task: per contender, wall-clock and env steps to the target, and the best mean."""
     rows = []
     steps_to_target: dict[str, list[float]] = {}
     for contender, logs in results.items():

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_speed.bench.common import machine, usable_cpus
-from rl_speed.bench.race import JudgeFiles, EpisodeJudge, Task, _task_section, judged_id, race_chart, reached
+from rl_speed.bench.race import EpisodeJudge, JudgeFiles, Task, judged_id, race_chart, reached, task_section
 
 #: rl-zoo's PPO entry for Atari games (hyperparams/ppo.yml, ``atari``), SB3's names; gamma 0.99 and lambda 0.95 are
 #: SB3's defaults.
@@ -129,7 +129,7 @@ def section(directory: str, charts: str | None = None) -> str:
             results[meta["contender"]].append(JudgeFiles(str(meta_path.parent), 0.0).read())
     results = {c: logs for c, logs in results.items() if logs or any(m["contender"] == c for m in metas)}
     lines = ["Pong (`rl_speed/Atari-v0`, `game: pong`); returns are whole games (-21 to 21).",
-             _task_section(PONG, results, max(map(len, results.values()), default=0), "ppo / dqn")]
+             task_section(PONG, results, "ppo / dqn")]
     if charts:
         lines.append(f"Chart: `{race_chart(PONG, 'ppo-dqn', results, charts)}`")
     caps = sorted({m["max_seconds"] for m in metas})
