@@ -46,6 +46,7 @@ from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer
 from rl_speed.columns import concat_lanes, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
+from rl_speed.learners.update_loop import UPDATES_TIME_KEY
 from rl_speed.modules.recurrent import RecurrentActorCritic
 
 __all__ = ["PROFILE_KEY", "FastPPO", "FastPPOConfig"]
@@ -157,6 +158,7 @@ class FastPPO(PPO):
                 shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime})
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        log_learner_spread(self, results)
         timer.move(max(_peek(r.get(ALL_MODULES, {}).get(ADVANTAGES_TIME_KEY, 0.0)) for r in results),
                    "learn", "advantages")
 
@@ -176,6 +178,18 @@ class FastPPO(PPO):
         if group.is_local:
             return {"batch": batches}  # the learner joins them on its device
         return {"batches": split_lanes(concat_lanes(batches), len(group))}
+
+
+def log_learner_spread(algo: Any, results: list[dict]) -> None:
+    """``rl_speed_profile/learner_{advantages,updates}_s_{min,max}``: the fastest and the slowest learner's seconds
+    for its batch fetch, join and advantages, and for its minibatch loop, in this update (several DDP learners wait
+    for the slowest at every all-reduce; with one learner min = max)."""
+    spread = {}
+    for name, key in (("advantages", ADVANTAGES_TIME_KEY), ("updates", UPDATES_TIME_KEY)):
+        seconds = [_peek(r[ALL_MODULES][key]) for r in results if key in r.get(ALL_MODULES, {})]
+        if seconds:
+            spread |= {f"learner_{name}_s_min": min(seconds), f"learner_{name}_s_max": max(seconds)}
+    algo.metrics.log_dict(spread, key=PROFILE_KEY, window=1)
 
 
 def _peek(value: Any) -> float:

@@ -11,7 +11,9 @@ Per row, over ``seconds`` after the warm-up iterations: agent steps/s end to end
 (``learn`` + ``advantages`` of ``rl_speed_profile``, median) and its share of the iteration; the learner rate (batch /
 learner time); scaling efficiency against one learner, ``rate(k) / (k x rate(1))``, of the learner rate and end to
 end. Where the learner share is small, the runners (or the driver) bound the run, and the end-to-end efficiency says
-nothing about the learners: the table says which.
+nothing about the learners: the table says which. Per learner, the fastest and the slowest one's batch fetch +
+advantages and minibatch loop (DDP learners wait for the slowest at every all-reduce), so a learner time that does
+not shrink with more learners shows where it stays.
 
 Run on the device with ``rl-speed bench learner-scaling --device cuda``.
 """
@@ -47,6 +49,18 @@ def _scaled(preset: Any, runners: int, learners: int, device: str, cpus_per_lear
         return config.learners(num_learners=learners, num_gpus_per_learner=1, num_cpus_per_learner=cpus_per_learner)
     return config.learners(num_learners=learners, num_gpus_per_learner=0,
                            num_cpus_per_learner=1).framework(torch_compile_learner=False)
+
+
+def per_learner_spread(result: dict) -> str:
+    """The fastest and the slowest learner's seconds per update, medians over a :func:`timed_run`: batch fetch, join
+    and advantages, then the minibatch loop (``rl_speed_profile/learner_*_s_min`` / ``_max``). What the learner time
+    minus these leaves is the driver's side of the update call (Ray's calls, metrics)."""
+    def median(key: str) -> float:
+        values = [p[key] for p in result["profiles"] if key in p]
+        return float(np.median(values)) if values else float("nan")
+
+    return (f"{median('learner_advantages_s_min'):.3f}-{median('learner_advantages_s_max'):.3f} s / "
+            f"{median('learner_updates_s_min'):.3f}-{median('learner_updates_s_max'):.3f} s")
 
 
 def learner_counts(gpus: int) -> list[int]:
@@ -103,7 +117,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 learner_rate = batch / learner_s
                 base = base or (learner_rate, result["rate"])
                 rows.append(f"| {k} | {result['rate']:,.0f} | {learner_s:.3f} s of {iteration_s:.3f} s "
-                            f"({learner_s / iteration_s:.0%}) | {learner_rate:,.0f} | "
+                            f"({learner_s / iteration_s:.0%}) | {per_learner_spread(result)} | {learner_rate:,.0f} | "
                             f"{learner_rate / (k * base[0]):.0%} | {result['rate'] / (k * base[1]):.0%} | "
                             f"{result['iterations']} |")
             sections += [
@@ -111,9 +125,10 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 f"{preset.rollout_fragment_length} steps = {batch:,} agent steps per iteration, minibatch "
                 f"{preset.minibatch_size:,} per learner",
                 "",
-                "| learners | agent steps/s end to end | learner time per iteration (share) | learner steps/s "
-                "| learner efficiency | end-to-end efficiency | iterations |",
-                "|---:|---:|---|---:|---:|---:|---:|",
+                "| learners | agent steps/s end to end | learner time per iteration (share) | per learner: fetch + "
+                "advantages / minibatch loop (fastest-slowest) | learner steps/s | learner efficiency | end-to-end "
+                "efficiency | iterations |",
+                "|---:|---:|---|---|---:|---:|---:|---:|",
                 *rows,
                 "",
             ]

@@ -5,7 +5,8 @@ contender's envs go through: it logs every
 finished episode's return with the wall-clock time since the contender started (before its algorithm or model is
 built) and the process-wide count of env steps. A contender has reached the target when the mean return of the last
 20 finished episodes reaches it (the grid arena: the last 192, one round of every agent lane). Everything runs in
-this process with local sampling, one contender at a time, so each log holds one contender's episodes only.
+this process with local sampling, one contender at a time, so each log holds one contender's episodes only. (The
+Pong race, :mod:`rl_speed.bench.race_atari`, samples on Ray actors: its judges log through :class:`JudgeFiles`.)
 
 Contenders on CartPole-v1 (target 475), Acrobot-v1 (target -100), the 8 x 8 Snake (target 5.0; no rl-zoo entry,
 so every contender gets ``tuned_examples/snake_ppo.yaml``'s settings, and SB3 steps the scalar env, one per lane) and

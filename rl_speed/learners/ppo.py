@@ -78,6 +78,8 @@ class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
 class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
+    time_updates = True  # one update() call is a whole train batch: its minibatch loop is timed (UPDATES_TIME_KEY)
+
     @override(UpdateLoopMixin)
     def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
         start = time.perf_counter()

@@ -21,6 +21,7 @@ that it may skip statistics which only the last minibatch's value survives (``wi
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 import ray
@@ -63,6 +64,11 @@ def column_batches(training_data: Any) -> list[dict] | None:
     return None
 
 
+#: ``learners/__all_modules__/updates_time_s``: one learner's seconds in the minibatch loop of an ``update()`` call
+#: (forward, backward, DDP's gradient all-reduce, optimizer steps), kernels included.
+UPDATES_TIME_KEY = "updates_time_s"
+
+
 class LossRows(NamedTuple):
     """A batch ready for the loop: tensors on the learner's device whose first axis is the row axis."""
 
@@ -78,6 +84,9 @@ class UpdateLoopMixin:
 
     #: False while an update() call has more minibatches to go: losses may skip window-1 statistics then.
     is_last_minibatch: bool = True
+    #: Log :data:`UPDATES_TIME_KEY` (one device sync per ``update()`` call): FastPPO's learners, whose update is a
+    #: whole train batch; FastDQN's update calls are single minibatches, which a sync each would slow.
+    time_updates: bool = False
 
     @override(Learner)
     def update(self, *args: Any, training_data: Any = None, timesteps: dict | None = None, num_epochs: int = 1,
@@ -101,10 +110,15 @@ class UpdateLoopMixin:
             per_module = self.prepare_columns(columns, minibatch_size)
         else:
             per_module = self._prepared_rows(training_data, minibatch_size)
+        start = time.perf_counter()
         for rows in per_module:  # modules have their own optimizers and losses: one after the other
             losses = self.run_minibatches(rows.module_id, rows.batch, rows.minibatch_rows, num_epochs=num_epochs,
                                           shuffle=shuffle_batch_per_epoch)
             self._log_module_totals(rows.module_id, rows.module_steps * num_epochs, losses)
+        if self.time_updates:
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)  # the loop's kernels are done, so the time below is theirs
+            self.metrics.log_value((ALL_MODULES, UPDATES_TIME_KEY), time.perf_counter() - start, window=1)
         self._log_update_totals(sum(r.module_steps for r in per_module) * num_epochs,
                                 max((r.env_steps for r in per_module), default=0) * num_epochs)
         self.after_gradient_based_update(timesteps=timesteps)

@@ -26,3 +26,11 @@ def test_scaled_config_splits_one_batch_over_the_learners(learners):
 def test_cpus_per_learner_below_one_is_refused_before_ray_starts():
     with pytest.raises(ValueError, match="`cpus_per_learner` must be >= 1, got 0"):
         run(device="cpu", presets=("grid arena",), cpus_per_learner=0)
+
+
+def test_per_learner_spread_reads_the_profiles_medians():
+    from rl_speed.bench.learner_scaling import per_learner_spread
+
+    profiles = [{"learner_advantages_s_min": a, "learner_advantages_s_max": 2 * a, "learner_updates_s_min": u,
+                 "learner_updates_s_max": u + 0.1} for a, u in ((0.01, 0.2), (0.02, 0.3), (0.03, 0.4))]
+    assert per_learner_spread({"profiles": profiles + [{}]}) == "0.020-0.040 s / 0.300-0.400 s"
