@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import sys
 
 from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, parse_json_flag
@@ -134,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.checkpoint:
             kwargs["checkpoint"] = args.checkpoint
         accepted = inspect.signature(run).parameters
+        # --output is where everything a benchmark writes goes: its charts and (the Pong race) its per-run logs
+        if "charts" in accepted:
+            kwargs["charts"] = args.output
+        if "directory" in accepted:
+            kwargs["directory"] = os.path.join(args.output, args.name)
         for name in kwargs:
             if name not in accepted:  # a flag this benchmark has no use for: refuse it rather than crash or ignore
                 print(f"rl-speed bench {args.name} takes no --{name}; leave it out.", file=sys.stderr)
