@@ -668,7 +668,10 @@ def task_section(task: Task, results: dict[str, list], family: str = "ppo") -> s
         hits = [reached(log, task.target, task.window) for log in logs]
         ok = [h for h in hits if h is not None]
         steps_to_target[contender] = [float(s) for _, s in ok]
-        best = _summary([best_mean(log, task.window) for log in logs], ".2f")
+        means = [m for m in (best_mean(log, task.window) for log in logs) if m > float("-inf")]
+        best = (_summary(means, ".2f") if means else "") + (  # a seed with fewer episodes than the window has none
+            f" ({len(logs) - len(means)} of {len(logs)} with fewer than {task.window} episodes)"
+            if len(means) < len(logs) else "")
         if ok:
             rows.append(f"| {contender} | {_summary([t for t, _ in ok], '.1f')} s | "
                         f"{_summary([s for _, s in ok], ',.0f')} | {len(ok)}/{len(logs)} | {best} |")

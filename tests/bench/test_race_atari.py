@@ -71,3 +71,9 @@ def test_bench_without_the_atari_extra_names_its_install_command(capsys, monkeyp
     monkeypatch.setitem(sys.modules, "ale_py", None)  # as if the extra were not installed: `import ale_py` fails
     assert main(["bench", "race-atari", "--repeats", "1"]) == 2
     assert "rl_speed[atari]" in capsys.readouterr().err
+
+
+def test_a_contender_with_fewer_games_than_the_window_says_so(tmp_path):
+    _write_run(tmp_path, "PPO (ours)", [(1.0, 100, -21.0)] * 3)
+    row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| PPO (ours)"))
+    assert "-inf" not in row and "(1 of 1 with fewer than 20 episodes)" in row
