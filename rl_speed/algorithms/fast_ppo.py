@@ -158,9 +158,8 @@ class FastPPO(PPO):
                 shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime, NUM_AGENT_STEPS_SAMPLED_LIFETIME: lifetime})
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
-        log_learner_spread(self, results)
-        timer.move(max(_peek(r.get(ALL_MODULES, {}).get(ADVANTAGES_TIME_KEY, 0.0)) for r in results),
-                   "learn", "advantages")
+        spread = log_learner_spread(self, results)
+        timer.move(spread.get("learner_advantages_s_max", 0.0), "learn", "advantages")
 
         with timer.phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             sync_weights_if_due(self)
@@ -180,16 +179,17 @@ class FastPPO(PPO):
         return {"batches": split_lanes(concat_lanes(batches), len(group))}
 
 
-def log_learner_spread(algo: Any, results: list[dict]) -> None:
+def log_learner_spread(algo: Any, results: list[dict]) -> dict[str, float]:
     """``rl_speed_profile/learner_{advantages,updates}_s_{min,max}``: the fastest and the slowest learner's seconds
     for its batch fetch, join and advantages, and for its minibatch loop, in this update (several DDP learners wait
-    for the slowest at every all-reduce; with one learner min = max)."""
+    for the slowest at every all-reduce; with one learner min = max). Returns what it logged."""
     spread = {}
     for name, key in (("advantages", ADVANTAGES_TIME_KEY), ("updates", UPDATES_TIME_KEY)):
         seconds = [_peek(r[ALL_MODULES][key]) for r in results if key in r.get(ALL_MODULES, {})]
         if seconds:
             spread |= {f"learner_{name}_s_min": min(seconds), f"learner_{name}_s_max": max(seconds)}
     algo.metrics.log_dict(spread, key=PROFILE_KEY, window=1)
+    return spread
 
 
 def _peek(value: Any) -> float:

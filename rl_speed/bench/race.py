@@ -389,14 +389,21 @@ def env_steps_to_target(algo: str, task: Task, settings: dict, seed: int, max_se
     return float(hit[1] if hit is not None else task.max_steps)
 
 
-def _sb3_learn(model: Any, env: Any, timesteps: int, task: Task, max_seconds: float) -> list:
-    """Trains an SB3 model until the judge's target, ``max_seconds`` or ``timesteps``; returns the judge's log."""
+def sb3_learn(model: Any, env: Any, timesteps: int, task: Task, max_seconds: float,
+               files: JudgeFiles | None = None) -> list:
+    """Trains an SB3 model until the judge's target, ``max_seconds`` or ``timesteps``; returns the judge's log (in
+    ``files`` instead where the judge writes there: then read every 64 vector steps, not at each)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class Stop(BaseCallback):
         def _on_step(self) -> bool:
-            in_time = time.perf_counter() - EpisodeJudge.start < max_seconds
-            return in_time and not reached(EpisodeJudge.log, task.target, task.window)
+            if files is None:
+                elapsed, log = time.perf_counter() - EpisodeJudge.start, EpisodeJudge.log
+            elif self.n_calls % 64:
+                return True
+            else:
+                elapsed, log = time.monotonic() - files.start, files.read()
+            return elapsed < max_seconds and not reached(log, task.target, task.window)
 
     model.learn(total_timesteps=min(timesteps, task.max_steps), callback=Stop())
     env.close()
@@ -428,7 +435,7 @@ def run_sb3(task: Task, seed: int, max_seconds: float) -> list | None:
     hidden = task.model["hidden"]
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **zoo,
                 policy_kwargs={"net_arch": {"pi": hidden, "vf": hidden}, "activation_fn": torch.nn.Tanh})
-    return _sb3_learn(model, env, timesteps, task, max_seconds)
+    return sb3_learn(model, env, timesteps, task, max_seconds)
 
 
 def run_sb3_dqn(task: Task, seed: int, max_seconds: float) -> list | None:
@@ -442,7 +449,7 @@ def run_sb3_dqn(task: Task, seed: int, max_seconds: float) -> list | None:
     EpisodeJudge.begin()
     env = gym.make(judged_id(task.env_id))
     model = DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **zoo)
-    return _sb3_learn(model, env, timesteps, task, max_seconds)
+    return sb3_learn(model, env, timesteps, task, max_seconds)
 
 
 def _summary(values: list[float], fmt: str) -> str:

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from rl_speed.bench.common import machine, usable_cpus
-from rl_speed.bench.race import EpisodeJudge, JudgeFiles, Task, judged_id, race_chart, reached, task_section
+from rl_speed.bench.race import (EpisodeJudge, JudgeFiles, Task, judged_id, race_chart, reached, sb3_learn,
+                                 task_section)
 
 #: rl-zoo's PPO entry for Atari games (hyperparams/ppo.yml, ``atari``), SB3's names; gamma 0.99 and lambda 0.95 are
 #: SB3's defaults.
@@ -60,7 +61,6 @@ def run_sb3(files: JudgeFiles, seed: int, max_seconds: float, device: str) -> bo
     """SB3's PPO with :data:`ATARI_ZOO` until the judge's target or ``max_seconds``; False if SB3 is not installed."""
     try:
         from stable_baselines3 import PPO
-        from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.env_util import make_vec_env
     except ImportError:
         return False
@@ -73,16 +73,7 @@ def run_sb3(files: JudgeFiles, seed: int, max_seconds: float, device: str) -> bo
     env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**PONG.env_config), files), n_envs=n_envs, seed=seed)
     model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
                 clip_range=lambda p: p * clip, **zoo)
-
-    class Stop(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.n_calls % 64:  # the judge's files are read every 512 env steps
-                return True
-            in_time = time.monotonic() - files.start < max_seconds
-            return in_time and not reached(files.read(), PONG.target, PONG.window)
-
-    model.learn(total_timesteps=timesteps, callback=Stop())
-    env.close()
+    sb3_learn(model, env, timesteps, PONG, max_seconds, files)
     return True
 
 

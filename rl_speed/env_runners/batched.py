@@ -353,7 +353,7 @@ def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any =
             if explore:
                 extra[C.ACTION_LOGP] = logp.float().cpu().numpy()
                 # PPO's KL term compares the learner's distribution with the one that acted.
-                extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
+                extra[C.ACTION_DIST_INPUTS] = logits.float().cpu().numpy()
     return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra, out.get(RLlibColumns.STATE_OUT)
 
 
