@@ -95,7 +95,7 @@ def usable_cpus() -> int:
 def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
     """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
     (RLlib's agent-step keys, so a multi-agent env step counts its agents), each iteration's ``rl_speed_profile`` and
-    wall time, and the finite ``episode_return_mean`` values seen."""
+    wall time, each iteration's ``sampler`` counters, and the finite ``episode_return_mean`` values seen."""
     import numpy as np
 
     algo = config.build_algo()
@@ -103,7 +103,7 @@ def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
         for _ in range(warmup):
             result = algo.train()
         start_steps = agent_steps(result)
-        start, returns, profiles, iteration_s = time.perf_counter(), [], [], []
+        start, returns, profiles, samplers, iteration_s = time.perf_counter(), [], [], [], []
         while (now := time.perf_counter()) - start < seconds:
             result = algo.train()
             iteration_s.append(time.perf_counter() - now)
@@ -111,10 +111,11 @@ def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
             if value is not None and np.isfinite(value):
                 returns.append(float(value))
             profiles.append(result.get("rl_speed_profile", {}))
+            samplers.append(result.get("sampler", {}))
         elapsed = time.perf_counter() - start
         steps = agent_steps(result) - start_steps
-        return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "iteration_s": iteration_s,
-                "iterations": len(profiles)}
+        return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "samplers": samplers,
+                "iteration_s": iteration_s, "iterations": len(profiles)}
     finally:
         algo.stop()
 

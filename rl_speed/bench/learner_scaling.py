@@ -69,9 +69,12 @@ def learner_counts(gpus: int) -> list[int]:
 
 
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: int = 3,
-        presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1) -> str:
+        presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1,
+        learners: tuple[int, ...] | None = None) -> str:
     """``cpus_per_learner`` (GPU learners): CPUs Ray reserves for each learner actor, taken from the runners when
-    ``runners`` is not given (a learner whose update is bound by its CPU thread may starve beside busy runners)."""
+    ``runners`` is not given (a learner whose update is bound by its CPU thread may starve beside busy runners).
+    ``learners``: the learner counts to run (default 1, 2, 4, 8 up to the host's GPUs); efficiencies are against
+    the first."""
     import ray
 
     import rl_speed
@@ -83,10 +86,13 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         import torch
 
         gpus = torch.cuda.device_count()
-    counts = learner_counts(gpus if device == "cuda" else 2)
+    counts = list(learners) if learners else learner_counts(gpus if device == "cuda" else 2)
     cpus = usable_cpus()
     if cpus_per_learner < 1:
         raise ValueError(f"learner_scaling.run: `cpus_per_learner` must be >= 1, got {cpus_per_learner}.")
+    if any(k < 1 or (device == "cuda" and k > max(1, gpus)) for k in counts):
+        raise ValueError(f"learner_scaling.run: `learners` {counts} must be counts from 1 to the host's GPUs "
+                         f"({gpus}) on cuda, >= 1 on cpu.")
     per_learner = cpus_per_learner if device == "cuda" else 1  # CPU learners keep one core each (_scaled)
     learner_cpus = counts[-1] * per_learner
     if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count

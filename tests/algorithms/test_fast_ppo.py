@@ -229,3 +229,18 @@ def test_async_sampling_runners_keep_getting_the_learners_weights(ray_session):
         assert all(0 < s["sample_s_min"] <= s["sample_s_max"] < 60 for s in samplers), samplers
     finally:
         algo.stop()
+
+
+def test_runners_holding_two_requests_keep_sampling_and_every_iteration_trains_one_batch_each(ray_session):
+    """RLlib's ``max_requests_in_flight_per_env_runner`` reaches the column sampler: each runner holds two sample
+    requests (so it samples on while the driver waits for the learner), every iteration still trains on one batch per
+    runner, and the weights lag stays bounded (about one update more than with one request)."""
+    algo = (_config(async_sampling=True).env_runners(num_env_runners=2, num_envs_per_env_runner=4,
+                                                      max_requests_in_flight_per_env_runner=2).build_algo())
+    try:
+        results = [algo.train() for _ in range(8)]
+        assert [r["sampler"]["batches_received_lifetime"] for r in results] == [2 * (i + 1) for i in range(8)]
+        assert max(r["sampler"]["requests_in_flight"] for r in results) > 2  # more than one request per runner
+        assert max(r["sampler"]["weights_lag_max"] for r in results) <= 5
+    finally:
+        algo.stop()

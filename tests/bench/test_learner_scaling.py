@@ -28,6 +28,11 @@ def test_cpus_per_learner_below_one_is_refused_before_ray_starts():
         run(device="cpu", presets=("grid arena",), cpus_per_learner=0)
 
 
+def test_learner_counts_below_one_are_refused_before_ray_starts():
+    with pytest.raises(ValueError, match=r"`learners` \[2, 0\] must be counts from 1"):
+        run(device="cpu", presets=("grid arena",), learners=(2, 0))
+
+
 def test_per_learner_spread_reads_the_profiles_medians():
     from rl_speed.bench.learner_scaling import per_learner_spread
 
