@@ -15,8 +15,10 @@ Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing
 
 Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
 games reaches 18. Each contender runs in its own process (``python -m rl_speed.bench.race_atari contender ...``) for
-at most ``max_seconds``; :func:`run` starts them one after another, or side by side on a host with one GPU per
-contender (each on its own GPU and an equal share of the CPUs, hyperthread siblings together).
+at most ``max_seconds``. :func:`run` queues every (seed, contender) run and starts each on a free slot: on a host
+with several GPUs a slot is one GPU and an equal share of the CPUs (hyperthread siblings together), so runs go side
+by side and the next starts when one ends (a contender that reaches the target frees its slot early); elsewhere one
+slot, one run after another. Every run has a slot of the same size, whichever contender or seed it is.
 """
 
 from __future__ import annotations
@@ -144,30 +146,48 @@ def cpu_groups(k: int) -> list[list[int]]:
     return [ordered[i * size:(i + 1) * size] for i in range(k)]
 
 
+def run_pool(commands: list[list[str]], slots: list[tuple[dict, list[int]]], poll_seconds: float = 1.0) -> None:
+    """Runs ``commands``, each on a free slot (its extra environment variables and its CPUs, through ``taskset``),
+    at most one per slot at a time, in order, until all are done."""
+    queue = list(commands)
+    running: dict[int, subprocess.Popen] = {}
+    while queue or running:
+        for slot, proc in list(running.items()):
+            if proc.poll() is not None:
+                del running[slot]
+        for slot, (env, cpus) in enumerate(slots):
+            if queue and slot not in running:
+                running[slot] = subprocess.Popen(["taskset", "-c", ",".join(map(str, cpus)), *queue.pop(0)],
+                                                 env=dict(os.environ, **env))
+        if running:
+            time.sleep(poll_seconds)
+
+
 def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
-        directory: str = "results/bench/race_atari", charts: str | None = "results/bench") -> str:
-    """Every contender for seeds ``0..repeats-1`` (``rl-speed bench race-atari --device cuda --repeats N``): side by
-    side where the box has a GPU per contender, else one after another; then the table. On a CPU the presets shrink
-    to its cores (:func:`rl_speed.bench.atari.preset`), which says nothing about Pong scores."""
+        directory: str = "results/bench/race_atari", charts: str | None = "results/bench",
+        contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0) -> str:
+    """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` (``rl-speed bench race-atari
+    --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after another; then
+    the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to its cores
+    (:func:`rl_speed.bench.atari.preset`), which says nothing about Pong scores."""
     import torch
 
     from rl_speed.registry import check_env_installed
 
     check_env_installed(PONG.env_id)  # without the [atari] extra: its install command, before anything starts
-
-    side_by_side = device == "cuda" and torch.cuda.device_count() >= len(CONTENDERS)
-    for seed in range(repeats):
-        groups = cpu_groups(len(CONTENDERS)) if side_by_side else [sorted(os.sched_getaffinity(0))] * len(CONTENDERS)
-        procs = []
-        for gpu, (contender, cpus) in enumerate(zip(CONTENDERS, groups)):
-            env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if side_by_side else {}))
-            command = [sys.executable, "-m", "rl_speed.bench.race_atari", "contender", contender, "--seed", str(seed),
-                       "--seconds", str(max_seconds), "--dir", directory, "--device", device]
-            procs.append(subprocess.Popen(["taskset", "-c", ",".join(map(str, cpus)), *command], env=env))
-            if not side_by_side:
-                procs[-1].wait()
-        for proc in procs:
-            proc.wait()
+    unknown = [c for c in contenders if c not in CONTENDERS]
+    if unknown:
+        raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
+    jobs = [(seed, contender) for seed in range(first_seed, first_seed + repeats) for contender in contenders]
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    count = max(1, min(gpus, len(jobs)))
+    if count > 1:
+        slots = [({"CUDA_VISIBLE_DEVICES": str(gpu)}, cpus) for gpu, cpus in enumerate(cpu_groups(count))]
+    else:
+        slots = [({}, sorted(os.sched_getaffinity(0)))]
+    run_pool([[sys.executable, "-m", "rl_speed.bench.race_atari", "contender", contender, "--seed", str(seed),
+               "--seconds", str(max_seconds), "--dir", directory, "--device", device] for seed, contender in jobs],
+             slots)
     return section(directory, charts)
 
 
@@ -180,6 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--seconds", type=float, default=600.0)
     one.add_argument("--dir", default="results/bench/race_atari")
     one.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
+    race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    race.add_argument("--first-seed", type=int, default=0)
+    race.add_argument("--repeats", type=int, default=1, help="seeds first-seed .. first-seed + repeats - 1")
+    race.add_argument("--seconds", type=float, default=600.0)
+    race.add_argument("--dir", default="results/bench/race_atari")
+    race.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    race.add_argument("--charts", default=None)
     table = commands.add_parser("section", help="print the table of the runs in a directory")
     table.add_argument("dir")
     table.add_argument("--charts", default=None)
@@ -189,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     rl_speed.register()
     if args.command == "contender":
         run_contender(args.contender, args.seed, args.seconds, args.dir, args.device)
+    elif args.command == "race":
+        print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
+                  args.first_seed))
     else:
         print(section(args.dir, args.charts))
     return 0

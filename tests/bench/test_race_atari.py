@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -77,3 +78,29 @@ def test_a_contender_with_fewer_games_than_the_window_says_so(tmp_path):
     _write_run(tmp_path, "PPO (ours)", [(1.0, 100, -21.0)] * 3)
     row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| PPO (ours)"))
     assert "-inf" not in row and "(1 of 1 with fewer than 20 episodes)" in row
+
+
+def test_the_pool_runs_every_command_once_and_never_two_on_one_slot(tmp_path):
+    """Real processes on two slots: each logs its slot and start / end times; no slot runs two at once, at most two
+    run at a time, and each command ran once, in its slot's CPUs."""
+    log = tmp_path / "log"
+    script = ("import os, sys, time; t = time.time(); time.sleep(0.3); "
+              "open(sys.argv[1], 'a').write(f\"{sys.argv[2]} {os.environ['SLOT']} {t} {time.time()} "
+              "{sorted(os.sched_getaffinity(0))}\\n\")")
+    cpus = sorted(os.sched_getaffinity(0))
+    slots = [({"SLOT": "0"}, cpus[:1]), ({"SLOT": "1"}, cpus[-1:])]
+    race_atari.run_pool([[sys.executable, "-c", script, str(log), str(i)] for i in range(5)], slots,
+                        poll_seconds=0.05)
+    runs = [line.split(" ", 4) for line in log.read_text().splitlines()]
+    assert sorted(int(r[0]) for r in runs) == [0, 1, 2, 3, 4]
+    for slot, (_, slot_cpus) in enumerate(slots):
+        mine = sorted((float(r[2]), float(r[3])) for r in runs if r[1] == str(slot))
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(mine, mine[1:]))  # one at a time
+        assert all(r[4] == str(slot_cpus) for r in runs if r[1] == str(slot))
+    assert {r[1] for r in runs} == {"0", "1"}  # both slots were used
+
+
+def test_an_unknown_contender_is_refused_before_anything_runs(tmp_path):
+    pytest.importorskip("ale_py", reason="the race checks the [atari] extra first")
+    with pytest.raises(ValueError, match="unknown contenders \\['PPO \\(theirs\\)'\\]"):
+        race_atari.run(contenders=("PPO (theirs)",), directory=str(tmp_path))
