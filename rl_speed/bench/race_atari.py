@@ -1,5 +1,5 @@
-"""Time to a Pong score on a GPU box: FastPPO and FastDQN (their GPU presets) vs stock RLlib PPO vs
-Stable-Baselines3 PPO, one judge for all (:mod:`rl_speed.bench.race`'s, logging through :class:`JudgeFiles`, since
+"""Time to a Pong score on a GPU box: FastPPO and FastDQN (their GPU presets) vs stock RLlib PPO / DQN vs
+Stable-Baselines3 PPO / DQN, one judge for all (:mod:`rl_speed.bench.race`'s, logging through :class:`JudgeFiles`, since
 the RLlib contenders' env runners are Ray actors).
 
 Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing: frame skip 4 with max-pooling,
@@ -11,7 +11,12 @@ Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing
   (:func:`rl_speed.bench.atari.stock_config`): the row at identical hyperparameters;
 * ``SB3 PPO (zoo)``: Stable-Baselines3's PPO with rl-zoo's Atari settings (:data:`ATARI_ZOO`: 8 envs x 128 steps,
   4 epochs of minibatches of 256, lr 2.5e-4 and clip 0.1 both decayed linearly over 10M steps, entropy 0.01, the
-  Nature CNN policy), stepping :class:`AtariEnv` (the same preprocessing) in its DummyVecEnv.
+  Nature CNN policy), stepping :class:`AtariEnv` (the same preprocessing) in its DummyVecEnv;
+* ``DQN (ours)``: stock RLlib DQN with FastDQN's settings, module and runners on the scalar form (the DQN row at
+  identical hyperparameters);
+* ``SB3 DQN (zoo)``: Stable-Baselines3's DQN with rl-zoo's Atari settings (:data:`ATARI_DQN_ZOO`: one env, a
+  1M-transition buffer, learning from 100k steps, a gradient step every 4 env steps on batches of 32, lr 1e-4, target
+  copy every 10k steps, epsilon 1 -> 0.1 over the first 1M steps, the Nature CNN Q-network).
 
 Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
 games reaches 18. Each contender runs in its own process (``python -m rl_speed.bench.race_atari contender ...``) for
@@ -40,8 +45,14 @@ from rl_speed.bench.race import (EpisodeJudge, JudgeFiles, Task, judged_id, race
 #: SB3's defaults.
 ATARI_ZOO = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": 2.5e-4,
              "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01, "n_timesteps": 10_000_000}
-PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"})
-CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)")
+#: rl-zoo's DQN entry for Atari games (hyperparams/dqn.yml, ``atari``; rl-baselines3-zoo commit 019107e), SB3's names.
+ATARI_DQN_ZOO = {"buffer_size": 1_000_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
+                 "target_update_interval": 10_000, "train_freq": 4, "gradient_steps": 1, "exploration_fraction": 0.1,
+                 "exploration_final_eps": 0.1, "n_timesteps": 10_000_000}
+PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"},
+            dqn_zoo=ATARI_DQN_ZOO)
+CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)", "DQN (ours)", "SB3 DQN (zoo)")
+SB3_CONTENDERS = ("SB3 PPO (zoo)", "SB3 DQN (zoo)")
 
 
 def slug(contender: str) -> str:
@@ -54,29 +65,38 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
 
     _, config = preset("DQN" if "DQN" in contender else "PPO", device)
     config.environment(judged_id(PONG.env_id, files), env_config=dict(PONG.env_config)).debugging(seed=seed)
-    if contender == "PPO (ours)":
-        return stock_config("PPO", config).debugging(seed=seed)  # the scalar form: sync vectorization
+    if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
+        return stock_config(contender[:3], config).debugging(seed=seed)
     return config.env_runners(gym_env_vectorize_mode="vector_entry_point")
 
 
-def run_sb3(files: JudgeFiles, seed: int, max_seconds: float, device: str) -> bool:
-    """SB3's PPO with :data:`ATARI_ZOO` until the judge's target or ``max_seconds``; False if SB3 is not installed."""
+def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, device: str) -> str | None:
+    """SB3's PPO with :data:`ATARI_ZOO` or DQN with :data:`ATARI_DQN_ZOO` until the judge's target or
+    ``max_seconds``; or why it did not run (SB3 not installed; the DQN's replay buffer, 2 x 26 GiB at rl-zoo's 1M
+    transitions, refused by this machine's memory)."""
     try:
-        from stable_baselines3 import PPO
+        from stable_baselines3 import DQN, PPO
         from stable_baselines3.common.env_util import make_vec_env
     except ImportError:
-        return False
+        return "Stable-Baselines3 is not installed (the [bench] extra: python -m pip install 'rl_speed[bench]')"
     from rl_speed_envs.atari import AtariEnv
 
-    zoo = dict(ATARI_ZOO)
-    timesteps, n_envs = zoo.pop("n_timesteps"), zoo.pop("n_envs")
-    lr, clip = zoo.pop("learning_rate"), zoo.pop("clip_range")
+    zoo = dict(ATARI_ZOO if contender == "SB3 PPO (zoo)" else ATARI_DQN_ZOO)
+    timesteps, n_envs = zoo.pop("n_timesteps"), zoo.pop("n_envs", 1)
     EpisodeJudge.begin()
     env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**PONG.env_config), files), n_envs=n_envs, seed=seed)
-    model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
-                clip_range=lambda p: p * clip, **zoo)
+    if contender == "SB3 PPO (zoo)":
+        lr, clip = zoo.pop("learning_rate"), zoo.pop("clip_range")
+        model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
+                    clip_range=lambda p: p * clip, **zoo)
+    else:
+        try:
+            model = DQN("CnnPolicy", env, seed=seed, device=device, verbose=0, **zoo)
+        except MemoryError as e:  # SB3 allocates the whole buffer up front
+            env.close()
+            return f"its replay buffer of {zoo['buffer_size']:,} transitions does not fit this machine's memory ({e})"
     sb3_learn(model, env, timesteps, PONG, max_seconds, files)
-    return True
+    return None
 
 
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda") -> None:
@@ -88,8 +108,11 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     files = JudgeFiles(str(out), time.monotonic())
     meta: dict[str, Any] = {"contender": contender, "seed": seed, "max_seconds": max_seconds, "device": device,
                             "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d")}
-    if contender == "SB3 PPO (zoo)":
-        meta["ran"] = run_sb3(files, seed, max_seconds, device)
+    if contender in SB3_CONTENDERS:
+        why = run_sb3(contender, files, seed, max_seconds, device)
+        meta["ran"] = why is None
+        if why:
+            meta["why"] = why
     else:
         import ray
 
@@ -123,6 +146,7 @@ def section(directory: str, charts: str | None = None) -> str:
     results = {c: logs for c, logs in results.items() if logs or any(m["contender"] == c for m in metas)}
     lines = ["Pong (`rl_speed/Atari-v0`, `game: pong`); returns are whole games (-21 to 21).",
              task_section(PONG, results, "ppo / dqn")]
+    lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
     if charts:
         lines.append(f"Chart: `{race_chart(PONG, 'ppo-dqn', results, charts)}`")
     caps = sorted({m["max_seconds"] for m in metas})

@@ -46,6 +46,7 @@ def test_cpu_groups_split_this_process_cpus_evenly():
 
 def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
     pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from rl_speed.bench.atari import preset
@@ -62,6 +63,31 @@ def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
     assert (stock.minibatch_size, stock.num_epochs, stock.lr) == (fast.minibatch_size, fast.num_epochs, fast.lr)
     dqn = race_atari.rllib_contender_config("FastDQN (ours)", files, seed=3, device="cuda")
     assert type(dqn).__name__ == "FastDQNConfig" and dqn.env == fast.env
+    stock_dqn = race_atari.rllib_contender_config("DQN (ours)", files, seed=3, device="cuda")
+    assert type(stock_dqn) is DQNConfig and stock_dqn.env == fast.env and stock_dqn.seed == 3
+    for key in ("training_intensity", "n_step", "target_network_update_freq", "lr", "num_env_runners",
+                "num_envs_per_env_runner", "train_batch_size_per_learner"):
+        assert getattr(stock_dqn, key) == getattr(dqn, key), key
+
+
+def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
+    """The SB3 DQN contender on this CPU: with a buffer this machine holds, it runs until its time is up (learning
+    starts at rl-zoo's 100k steps, far beyond 8 s) and the judge's log is on disk; with one no machine holds, it
+    records why it did not run, and the table says so."""
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    pytest.importorskip("stable_baselines3", reason="needs the [bench] extra: python -m pip install 'rl_speed[bench]'")
+    monkeypatch.setitem(race_atari.ATARI_DQN_ZOO, "buffer_size", 20_000)  # rl-zoo's 1M needs 2 x 26 GiB
+    race_atari.run_contender("SB3 DQN (zoo)", seed=1, max_seconds=8.0, directory=str(tmp_path), device="cpu")
+    out = tmp_path / "sb3-dqn-zoo-seed1"
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["ran"] and meta["contender"] == "SB3 DQN (zoo)" and 8.0 <= meta["seconds"] < 60
+    assert list(out.glob("*.csv"))
+
+    monkeypatch.setitem(race_atari.ATARI_DQN_ZOO, "buffer_size", 10**12)
+    race_atari.run_contender("SB3 DQN (zoo)", seed=2, max_seconds=8.0, directory=str(tmp_path), device="cpu")
+    meta = json.loads((tmp_path / "sb3-dqn-zoo-seed2" / "meta.json").read_text())
+    assert not meta["ran"] and "1,000,000,000,000 transitions does not fit this machine's memory" in meta["why"]
+    assert "- SB3 DQN (zoo), seed 2: not run: its replay buffer" in race_atari.section(str(tmp_path))
 
 
 def test_bench_without_the_atari_extra_names_its_install_command(capsys, monkeypatch):
