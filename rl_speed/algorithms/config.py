@@ -34,6 +34,8 @@ class ColumnarConfigMixin:
 
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
     supports_cuda_graph: bool = False
+    #: Whether multi-agent columns may train on several DDP learners (FastPPO: see rl_speed.learners.update_loop).
+    multi_agent_learners: bool = False
 
     @override(AlgorithmConfig)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -159,9 +161,9 @@ def check_multi_agent(config: Any, name: str) -> None:
         config._value_error(f"{name}: multi-agent training samples with MultiAgentBatchedEnvRunner (or a subclass); "
                             f"`env_runner_cls`={config.env_runner_cls.__name__} has no multi-agent columns.")
     problems = []
-    if config.num_learners > 1:
-        problems.append(f"`num_learners`={config.num_learners}: multi-agent columns train on one learner (modules' "
-                        "rows differ between shards, which DDP cannot step in lockstep); use 0 or 1")
+    if config.num_learners > 1 and not config.multi_agent_learners:
+        problems.append(f"`num_learners`={config.num_learners}: {name}'s multi-agent training runs on one learner "
+                        "(several are built for FastPPO only); use 0 or 1")
     if (config.model_config or {}).get("use_lstm") or getattr(config, "is_recurrent", False):
         problems.append("recurrent modules (`use_lstm` or rl_speed's recurrent module) are single-agent only here")
     if config._env_to_module_connector is not None:

@@ -58,6 +58,8 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner (FastPPOTorchLearner: PPO's loss
     on column batches, fused gradient clip + finiteness check)."""
 
+    multi_agent_learners = True  # the learners agree on each module's minibatch count (rl_speed.learners.update_loop)
+
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastPPO)
@@ -111,7 +113,9 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 self._value_error(f"FastPPO: `minibatch_size`={self.minibatch_size} must be a multiple of "
                                   f"`bptt_horizon`={horizon} (minibatches are whole chunks).")
         per_learner = fragment * lanes // learners
-        if isinstance(self.minibatch_size, int) and self.minibatch_size > per_learner:
+        # (Multi-agent: a copy holds several agent lanes and each module's rows vary per iteration, so a learner's
+        # steps are not known here; a minibatch beyond a module's rows is all of them, as in RLlib.)
+        if isinstance(self.minibatch_size, int) and self.minibatch_size > per_learner and not self.is_multi_agent:
             self._value_error(
                 f"FastPPO: `minibatch_size`={self.minibatch_size} is larger than the {per_learner} steps each "
                 f"learner gets per iteration (rollout_fragment_length {fragment} x {lanes} lanes / {learners} "

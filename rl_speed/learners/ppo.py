@@ -27,6 +27,7 @@ from ray.rllib.core import ALL_MODULES
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from rl_speed import columns as C
 from rl_speed.columns import IS_FIRST
@@ -75,6 +76,10 @@ class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
         replace_gae_connector(self, VectorizedGAE)
 
 
+#: A loss-rows key: the minibatch is a placeholder whose loss counts zero (:meth:`FastPPOTorchLearner.placeholder_rows`).
+PLACEHOLDER = "rl_speed_placeholder"
+
+
 class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
@@ -103,6 +108,40 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             minibatch_rows = max(1, min((minibatch_size or mask.numel()) // steps_per_row, size))
             out.append(LossRows(module_id, flat, minibatch_rows, int(mask.sum()), env_steps))
         return out
+
+    @override(UpdateLoopMixin)
+    def placeholder_rows(self, module_id: str) -> LossRows:
+        """One row of ``module_id`` from its spaces (an observation and an action drawn from them, the module's own
+        logits), marked :data:`PLACEHOLDER`: :meth:`compute_loss_for_module` counts its loss zero. The forward and
+        backward still run, so this learner takes part in the module's DDP all-reduce (see
+        :class:`UpdateLoopMixin`)."""
+        module = self.module[module_id].unwrapped()
+        device = self._device
+
+        def drawn(space: Any) -> Any:
+            return tree.map_structure(lambda x: torch.as_tensor(np.asarray(x)[None], device=device), space.sample())
+
+        obs = drawn(module.observation_space)
+        with torch.no_grad():
+            logits = module.forward_train({RLlibColumns.OBS: obs})[RLlibColumns.ACTION_DIST_INPUTS]
+        zero = torch.zeros(1, device=device)
+        one = torch.ones(1, dtype=torch.bool, device=device)
+        batch = {RLlibColumns.OBS: obs, RLlibColumns.ACTIONS: drawn(module.action_space),
+                 RLlibColumns.ACTION_LOGP: zero, RLlibColumns.ACTION_DIST_INPUTS: logits,
+                 RLlibColumns.VF_PREDS: zero, Postprocessing.ADVANTAGES: zero, Postprocessing.VALUE_TARGETS: zero,
+                 RLlibColumns.LOSS_MASK: one, PLACEHOLDER: one}
+        return LossRows(module_id, batch, 1, 0, 0)
+
+    @override(PPOTorchLearner)
+    def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
+        if PLACEHOLDER not in batch:
+            return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+        metrics, self.metrics = self.metrics, MetricsLogger()  # statistics of no data: not logged
+        try:
+            return 0.0 * super().compute_loss_for_module(module_id=module_id, config=config, batch=batch,
+                                                         fwd_out=fwd_out)
+        finally:
+            self.metrics = metrics
 
     @torch.no_grad()
     def compute_multi_agent_advantages(self, columns: dict) -> dict[str, dict]:

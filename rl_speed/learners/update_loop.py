@@ -13,7 +13,11 @@ rows), and RLlib's bookkeeping is done once per call with the same totals. Two k
   module's rows, B of them per minibatch).
 
 Multi-agent columns (a ``module`` column) give one set of loss rows per module to train, each run through the loop
-in turn (each module has its own optimizer). Everything else (episodes, data iterators, several modules without
+in turn (each module has its own optimizer). Several DDP learners step in lockstep (every module's backward is an
+all-reduce among them), but their shards hold different numbers of each module's rows: the learners agree on each
+module's minibatch count first (one all-reduce of the counts, the largest wins), a learner with fewer rows cycles
+through its rows again, and a learner with none of a module's rows runs :meth:`UpdateLoopMixin.placeholder_rows`,
+a minibatch whose loss counts zero (so it adds nothing but still takes part in the all-reduce). Everything else (episodes, data iterators, several modules without
 columns) takes RLlib's own path. Each minibatch goes through
 ``self._update`` (the optimizer step, :mod:`rl_speed.learners.optimizer_step`); ``is_last_minibatch`` tells a loss
 that it may skip statistics which only the last minibatch's value survives (``window=1``).
@@ -26,6 +30,7 @@ from typing import Any, NamedTuple
 
 import ray
 import torch
+import torch.distributed as dist
 import tree
 
 from ray.rllib.core import ALL_MODULES
@@ -111,10 +116,11 @@ class UpdateLoopMixin:
         else:
             per_module = self._prepared_rows(training_data, minibatch_size)
         start = time.perf_counter()
-        for rows in per_module:  # modules have their own optimizers and losses: one after the other
+        for rows, count in self._in_lockstep(per_module):  # modules have their own optimizers and losses: in turn
             losses = self.run_minibatches(rows.module_id, rows.batch, rows.minibatch_rows, num_epochs=num_epochs,
-                                          shuffle=shuffle_batch_per_epoch)
-            self._log_module_totals(rows.module_id, rows.module_steps * num_epochs, losses)
+                                          shuffle=shuffle_batch_per_epoch, num_minibatches=count)
+            if rows.module_steps:  # a placeholder trains nothing and reports nothing
+                self._log_module_totals(rows.module_id, rows.module_steps * num_epochs, losses)
         if self.time_updates:
             if self._device.type == "cuda":
                 torch.cuda.synchronize(self._device)  # the loop's kernels are done, so the time below is theirs
@@ -147,19 +153,44 @@ class UpdateLoopMixin:
                                 -(-rows // minibatch_size) * batch.env_steps()))
         return out
 
+    def _in_lockstep(self, per_module: list[LossRows]) -> list[tuple[LossRows, int]]:
+        """Each module's loss rows with its minibatch count per epoch. One learner: its own. Several (DDP): the
+        same on every learner, the largest of theirs, for every module any learner trains, in one order (see the
+        module docstring)."""
+        own = {rows.module_id: -(-len(tree.flatten(rows.batch)[0]) // rows.minibatch_rows) for rows in per_module}
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return [(rows, own[rows.module_id]) for rows in per_module]
+        trainable = sorted(m for m in self.module.keys() if self.should_module_be_updated(m))
+        counts = torch.tensor([own.get(m, 0) for m in trainable], dtype=torch.int64, device=self._device)
+        dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+        by_module = {rows.module_id: rows for rows in per_module}
+        return [(by_module[m] if m in by_module else self.placeholder_rows(m), int(count))
+                for m, count in zip(trainable, counts.tolist()) if count]
+
+    def placeholder_rows(self, module_id: str) -> LossRows:
+        """One minibatch of ``module_id`` whose loss counts zero, for a DDP learner whose shard has none of the
+        module's rows (``module_steps`` 0); learners whose shards can differ that way implement it."""
+        raise ValueError(f"{type(self).__name__}: this learner's shard has no rows of module {module_id!r}, which "
+                         "other DDP learners train on; use num_learners 0 or 1.")
+
     def run_minibatches(self, module_id: str, batch: dict, minibatch_rows: int, *, num_epochs: int = 1,
-                        shuffle: bool = False) -> dict:
+                        shuffle: bool = False, num_minibatches: int | None = None) -> dict:
         """``num_epochs`` passes over the rows of ``batch`` in minibatches of ``minibatch_rows`` (the last one may
-        be short), shuffled per epoch if asked; returns the last minibatch's losses per module."""
+        be short), shuffled per epoch if asked; returns the last minibatch's losses per module. ``num_minibatches``
+        beyond what the rows fill (DDP learners in lockstep) cycle through the rows again."""
         size = len(tree.flatten(batch)[0])
-        num_minibatches = -(-size // minibatch_rows)
+        own = -(-size // minibatch_rows)
+        num_minibatches = num_minibatches or own
         loss_per_module: dict = {}
         try:
             for epoch in range(num_epochs):
                 order = torch.randperm(size, device=self._device) if shuffle else None
                 for i in range(num_minibatches):
                     self.is_last_minibatch = epoch == num_epochs - 1 and i == num_minibatches - 1
-                    rows = slice(i * minibatch_rows, (i + 1) * minibatch_rows)
+                    if i < own:
+                        rows = slice(i * minibatch_rows, (i + 1) * minibatch_rows)
+                    else:  # another learner has more of this module's rows: go round this learner's again
+                        rows = torch.arange(i * minibatch_rows, (i + 1) * minibatch_rows, device=self._device) % size
                     index = order[rows] if order is not None else rows
                     minibatch = tree.map_structure(lambda x: x[index], batch)
                     _, loss_per_module, _ = self._update({module_id: minibatch})

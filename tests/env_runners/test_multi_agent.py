@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray
+import torch
 import tree
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
@@ -16,6 +17,7 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from rl_speed import columns as C
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
 from rl_speed.algorithms.fast_ppo import FastPPOConfig
+from rl_speed.columns import split_lanes
 from rl_speed.env_runners.multi_agent import MultiAgentBatchedEnvRunner
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # remote runners build these test envs
@@ -157,14 +159,85 @@ def test_config_refuses_what_columns_cannot_hold(env, message):
 
 
 def test_config_refusals_name_the_key():
-    with pytest.raises(ValueError, match="num_learners"):
-        ma_config().learners(num_learners=2).validate()
     with pytest.raises(ValueError, match="count_steps_by"):
         ma_config(count_steps_by="agent_steps").validate()
     with pytest.raises(ValueError, match="algorithm_config_overrides_per_module"):
         ma_config(algorithm_config_overrides_per_module={"odd": {"lr": 1e-3}}).validate()
-    with pytest.raises(ValueError, match=r"FastDQN \(multi-agent\): `num_learners`=2"):
+    with pytest.raises(ValueError, match=r"FastDQN \(multi-agent\): `num_learners`=2: FastDQN's multi-agent "
+                                         r"training runs on one learner"):
         (FastDQNConfig().environment(Countdown).learners(num_learners=2)
          .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")).validate()
     with pytest.raises(ValueError, match=r"is a MultiAgentEnv, but the config is single-agent"):
         FastPPOConfig().environment(Countdown).validate()
+
+# Several DDP learners on multi-agent columns (rl_speed.learners.update_loop): the shards hold different numbers of
+# each module's rows, so the learners agree on each module's minibatch count, cycle their own rows where they have
+# fewer, and run a zero-weight placeholder for a module they have no rows of; the replicas stay identical.
+
+
+def _weights(algo) -> list[dict]:
+    """Every learner's weights of every module."""
+    results = algo.learner_group.foreach_learner(
+        lambda learner: {m: {k: v.detach().clone() for k, v in learner.module[m].unwrapped().state_dict().items()}
+                         for m in learner.module.keys()})
+    return [r.get() if hasattr(r, "get") else r for r in results]
+
+
+def _identical(replicas: list[dict]) -> bool:
+    first = replicas[0]
+    return all(torch.equal(first[m][k], other[m][k]) for other in replicas[1:] for m in first for k in first[m])
+
+
+def _changed(before: dict, after: dict, module: str) -> bool:
+    return any(not torch.equal(before[module][k], after[module][k]) for k in before[module])
+
+
+def test_two_learners_train_multi_agent_columns_and_stay_identical(ray_session):
+    algo = ma_config().learners(num_learners=2, num_cpus_per_learner=0.5).build_algo()
+    try:
+        (start, _) = _weights(algo)
+        for _ in range(2):
+            result = algo.train()
+        replicas = _weights(algo)
+        assert _identical(replicas)  # DDP kept the replicas in lockstep
+        assert _changed(start, replicas[0], "even") and _changed(start, replicas[0], "odd")
+        for module in ("even", "odd"):
+            assert np.isfinite(result["learners"][module]["policy_loss"])
+            assert result["learners"][module]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()
+
+
+def test_a_learner_without_a_modules_rows_takes_part_through_a_placeholder(ray_session):
+    """Real sampled columns, split over two learners with the module column rewritten: the first shard's lanes are all
+    "even", the second's one "even" lane and two "odd" ones. So the second learner has fewer "even" rows (it cycles
+    them) and the first has no "odd" rows (it runs a placeholder). Both modules train, the replicas stay identical,
+    and only real rows are counted and logged."""
+    algo = ma_config().learners(num_learners=2, num_cpus_per_learner=0.5).build_algo()
+    try:
+        columns = algo.env_runner.sample_columns()
+        first, second = split_lanes(columns, 2)
+        order = ["even", "odd"]  # the module column's indices refer to the sorted module ids
+        first[C.MODULE] = np.full_like(first[C.MODULE], order.index("even"))
+        second[C.MODULE] = np.full_like(second[C.MODULE], order.index("odd"))
+        second[C.MODULE][:, 0] = order.index("even")
+        (start, _) = _weights(algo)
+        results = algo.learner_group.update(batches=[first, second], minibatch_size=4, num_epochs=2,
+                                            shuffle_batch_per_epoch=True, timesteps={})
+        replicas = _weights(algo)
+        assert _identical(replicas)
+        assert _changed(start, replicas[0], "even") and _changed(start, replicas[0], "odd")
+        def steps(result: dict, module: str) -> float:
+            value = result.get(module, {}).get("num_module_steps_trained", 0)
+            return value.peek() if hasattr(value, "peek") else value
+
+        trained = {m: sum(steps(r, m) for r in results) for m in order}
+        # what each learner logged: its own module's losses only (a placeholder logs nothing)
+        assert [sorted(k for k in ("even", "odd") if "policy_loss" in r.get(k, {})) for r in results] == [
+            ["even"], ["even", "odd"]]
+        valid = {"even": int(first[C.VALID].sum() + second[C.VALID][:, 0].sum()),
+                 "odd": int(second[C.VALID][:, 1:].sum())}
+        assert int(first[C.VALID].sum()) > 2 * int(second[C.VALID][:, 0].sum())  # the "even" counts differ
+        assert trained == {m: 2 * valid[m] for m in order}  # two epochs over each module's real rows only
+    finally:
+        algo.stop()
