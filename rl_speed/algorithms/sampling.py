@@ -74,8 +74,8 @@ class ColumnSampler:
     driver fetches it, which the driver does between learner updates: with RLlib's
     ``max_requests_in_flight_per_env_runner`` at 2, each runner also holds its next request, so it goes on sampling
     while the driver waits for the learner (the MettaGrid GPU preset: 1.09x-1.24x), and the weights lag grows by
-    about one update. PPO's importance ratio and KL term
-    use the behaviour policy's recorded log-probs and logits, so they stay correct.
+    about one update. PPO's importance ratio and KL term use the behaviour policy's recorded log-probs and logits,
+    so they stay correct.
 
     ``by_reference=True`` (FastPPO with learner actors): remote runners hand over object references instead of
     arrays (:func:`_sample_runner_by_reference`), so a batch goes from a runner to the learner that trains on it

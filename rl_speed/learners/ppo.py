@@ -76,7 +76,8 @@ class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
         replace_gae_connector(self, VectorizedGAE)
 
 
-#: A loss-rows key: the minibatch is a placeholder whose loss counts zero (:meth:`FastPPOTorchLearner.placeholder_rows`).
+#: A loss-rows key: the minibatch is a placeholder whose loss counts zero
+#: (:meth:`FastPPOTorchLearner.placeholder_rows`).
 PLACEHOLDER = "rl_speed_placeholder"
 
 

@@ -17,10 +17,11 @@ in turn (each module has its own optimizer). Several DDP learners step in lockst
 all-reduce among them), but their shards hold different numbers of each module's rows: the learners agree on each
 module's minibatch count first (one all-reduce of the counts, the largest wins), a learner with fewer rows cycles
 through its rows again, and a learner with none of a module's rows runs :meth:`UpdateLoopMixin.placeholder_rows`,
-a minibatch whose loss counts zero (so it adds nothing but still takes part in the all-reduce). Everything else (episodes, data iterators, several modules without
-columns) takes RLlib's own path. Each minibatch goes through
-``self._update`` (the optimizer step, :mod:`rl_speed.learners.optimizer_step`); ``is_last_minibatch`` tells a loss
-that it may skip statistics which only the last minibatch's value survives (``window=1``).
+a minibatch whose loss counts zero (so it adds nothing but still takes part in the all-reduce).
+
+Everything else (episodes, data iterators, several modules without columns) takes RLlib's own path. Each minibatch
+goes through ``self._update`` (the optimizer step, :mod:`rl_speed.learners.optimizer_step`); ``is_last_minibatch``
+tells a loss that it may skip statistics which only the last minibatch's value survives (``window=1``).
 """
 
 from __future__ import annotations
