@@ -103,7 +103,8 @@ def run(repeats: int = 5, device: str = "cpu", numel: int = GRID_ARENA_PARAMETER
     for world in worlds:
         for isolate in ((True, False) if device == "cuda" else (False,)):
             ms = measure(world, isolate, numel, repeats, device)
-            rows.append(f"| {world} | {'own GPU only (as RLlib)' if isolate else 'all'} | {ms:.3f} | "
+            seen = "- (CPU)" if device != "cuda" else "own GPU only (as RLlib)" if isolate else "all"
+            rows.append(f"| {world} | {seen} | {ms:.3f} | "
                         f"{numel * 4 / ms / 1e6:.2f} |")
     return "\n".join([
         f"All-reduce of {numel:,} float32 values ({numel * 4 / 1e6:.1f} MB) between processes · "
