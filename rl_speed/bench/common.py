@@ -120,6 +120,15 @@ def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
         algo.stop()
 
 
+def median_of(rows: list[dict], key: str) -> float:
+    """The median of ``key`` over the rows that have it (per-iteration dicts of a :func:`timed_run`, e.g. its
+    ``profiles`` or ``samplers``); NaN if none does."""
+    import numpy as np
+
+    values = [row[key] for row in rows if key in row]
+    return float(np.median(values)) if values else float("nan")
+
+
 def learner_seconds(run: dict) -> float:
     """A :func:`timed_run`'s learner time per iteration: values + GAE + updates (``learn_s`` + ``advantages_s`` of
     ``rl_speed_profile``), median over iterations; NaN if no iteration learned."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import learner_seconds, machine, timed_run, usable_cpus
+from rl_speed.bench.common import learner_seconds, machine, median_of, timed_run, usable_cpus
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 PRESETS = {"MettaGrid": TUNED / "mettagrid_ppo_gpu.yaml", "grid arena": TUNED / "grid_ppo_gpu.yaml"}
@@ -55,12 +55,10 @@ def per_learner_spread(result: dict) -> str:
     """The fastest and the slowest learner's seconds per update, medians over a :func:`timed_run`: batch fetch, join
     and advantages, then the minibatch loop (``rl_speed_profile/learner_*_s_min`` / ``_max``). What the learner time
     minus these leaves is the driver's side of the update call (Ray's calls, metrics)."""
-    def median(key: str) -> float:
-        values = [p[key] for p in result["profiles"] if key in p]
-        return float(np.median(values)) if values else float("nan")
-
-    return (f"{median('learner_advantages_s_min'):.3f}-{median('learner_advantages_s_max'):.3f} s / "
-            f"{median('learner_updates_s_min'):.3f}-{median('learner_updates_s_max'):.3f} s")
+    profiles = result["profiles"]
+    return (f"{median_of(profiles, 'learner_advantages_s_min'):.3f}-"
+            f"{median_of(profiles, 'learner_advantages_s_max'):.3f} s / "
+            f"{median_of(profiles, 'learner_updates_s_min'):.3f}-{median_of(profiles, 'learner_updates_s_max'):.3f} s")
 
 
 def learner_counts(gpus: int) -> list[int]:

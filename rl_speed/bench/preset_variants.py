@@ -19,14 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rl_speed.bench.common import machine, timed_run, usable_cpus
-
-
-def _median(rows: list[dict], key: str) -> float:
-    values = [row[key] for row in rows if key in row]
-    return float(np.median(values)) if values else float("nan")
+from rl_speed.bench.common import machine, median_of, timed_run, usable_cpus
 
 
 def variant_config(path: str | Path, changes: dict) -> Any:
@@ -60,10 +53,10 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
             result = timed_run(configs[name].copy(copy_frozen=False), seconds, warmup)
             profiles, samplers = result["profiles"], result["samplers"]
             rows.append(
-                f"| {name} | {result['rate']:,.0f} | {_median(profiles, 'sample_s'):.3f} s | "
-                f"{_median(profiles, 'learn_s') + _median(profiles, 'advantages_s'):.3f} s | "
-                f"{_median(samplers, 'sample_s_min'):.2f}-{_median(samplers, 'sample_s_max'):.2f} s | "
-                f"{_median(samplers, 'requests_in_flight'):.0f} | {_median(samplers, 'weights_lag_max'):.0f} | "
+                f"| {name} | {result['rate']:,.0f} | {median_of(profiles, 'sample_s'):.3f} s | "
+                f"{median_of(profiles, 'learn_s') + median_of(profiles, 'advantages_s'):.3f} s | "
+                f"{median_of(samplers, 'sample_s_min'):.2f}-{median_of(samplers, 'sample_s_max'):.2f} s | "
+                f"{median_of(samplers, 'requests_in_flight'):.0f} | {median_of(samplers, 'weights_lag_max'):.0f} | "
                 f"{result['iterations']} |")
     finally:
         if started:

@@ -143,7 +143,9 @@ def section(directory: str, charts: str | None = None) -> str:
         metas.append(meta)
         if meta.get("ran"):
             results[meta["contender"]].append(JudgeFiles(str(meta_path.parent), 0.0).read())
-    results = {c: logs for c, logs in results.items() if logs or any(m["contender"] == c for m in metas)}
+    # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
+    results = {c: logs for c, logs in results.items()
+               if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
     lines = ["Pong (`rl_speed/Atari-v0`, `game: pong`); returns are whole games (-21 to 21).",
              task_section(PONG, results, "ppo / dqn")]
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]

@@ -75,6 +75,11 @@ def column_batches(training_data: Any) -> list[dict] | None:
 UPDATES_TIME_KEY = "updates_time_s"
 
 
+def minibatch_count(batch: dict, minibatch_rows: int) -> int:
+    """Minibatches of ``minibatch_rows`` rows that one pass over ``batch`` makes (the last one may be short)."""
+    return -(-len(tree.flatten(batch)[0]) // minibatch_rows)
+
+
 class LossRows(NamedTuple):
     """A batch ready for the loop: tensors on the learner's device whose first axis is the row axis."""
 
@@ -158,7 +163,7 @@ class UpdateLoopMixin:
         """Each module's loss rows with its minibatch count per epoch. One learner: its own. Several (DDP): the
         same on every learner, the largest of theirs, for every module any learner trains, in one order (see the
         module docstring)."""
-        own = {rows.module_id: -(-len(tree.flatten(rows.batch)[0]) // rows.minibatch_rows) for rows in per_module}
+        own = {rows.module_id: minibatch_count(rows.batch, rows.minibatch_rows) for rows in per_module}
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return [(rows, own[rows.module_id]) for rows in per_module]
         trainable = sorted(m for m in self.module.keys() if self.should_module_be_updated(m))
@@ -180,7 +185,7 @@ class UpdateLoopMixin:
         be short), shuffled per epoch if asked; returns the last minibatch's losses per module. ``num_minibatches``
         beyond what the rows fill (DDP learners in lockstep) cycle through the rows again."""
         size = len(tree.flatten(batch)[0])
-        own = -(-size // minibatch_rows)
+        own = minibatch_count(batch, minibatch_rows)
         num_minibatches = num_minibatches or own
         loss_per_module: dict = {}
         try:

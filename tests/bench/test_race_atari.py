@@ -13,14 +13,15 @@ from rl_speed.bench import race_atari
 from rl_speed.bench.race import JudgeFiles
 
 
-def _write_run(directory, contender, games, ran=True):
+def _write_run(directory, contender, games, ran=True, why=None):
     """A finished contender run as run_contender leaves it: the judge's CSV and meta.json."""
     out = directory / f"{race_atari.slug(contender)}-seed0"
     out.mkdir()
     if games:
         (out / "77.csv").write_text("".join(f"{t},{steps},{ret}\n" for t, steps, ret in games))
-    (out / "meta.json").write_text(json.dumps({"contender": contender, "seed": 0, "max_seconds": 600.0, "ran": ran,
-                                               "machine": "test box", "cpus": 16, "device": "cuda"}))
+    meta = {"contender": contender, "seed": 0, "max_seconds": 600.0, "ran": ran, "machine": "test box", "cpus": 16,
+            "device": "cuda"}
+    (out / "meta.json").write_text(json.dumps(meta | ({"why": why} if why else {})))
 
 
 def test_section_reads_each_contenders_files(tmp_path):
@@ -28,12 +29,15 @@ def test_section_reads_each_contenders_files(tmp_path):
     _write_run(tmp_path, "FastPPO (ours)", [(t, s, r + 11.0) for t, s, r in winning])  # mean 19 from game 25
     _write_run(tmp_path, "PPO (ours)", winning)
     _write_run(tmp_path, "SB3 PPO (zoo)", [], ran=False)
+    _write_run(tmp_path, "SB3 DQN (zoo)", [], ran=False, why="its replay buffer does not fit")
     table = race_atari.section(str(tmp_path))
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
     assert "124.0 (124.0-124.0) s" in rows["FastPPO (ours)"] and "25,000" in rows["FastPPO (ours)"]
     assert "not reached" in rows["PPO (ours)"] and "8.00" in rows["PPO (ours)"]
     assert "not run (extra not installed)" in rows["SB3 PPO (zoo)"]
     assert "FastDQN (ours)" not in rows  # no run of it in the directory
+    # a run that says why it did not run: that reason, not a guess about extras
+    assert "SB3 DQN (zoo)" not in rows and "- SB3 DQN (zoo), seed 0: not run: its replay buffer does not fit" in table
     assert "time cap 600 s" in table
 
 
