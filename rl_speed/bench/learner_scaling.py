@@ -15,14 +15,23 @@ nothing about the learners: the table says which. Per learner, the fastest and t
 advantages and minibatch loop (DDP learners wait for the slowest at every all-reduce), so a learner time that does
 not shrink with more learners shows where it stays.
 
+``gpus_seen`` adds rows where every learner actor sees all of the host's GPUs (``"all"``) beside RLlib's default,
+each sees only its own (``"own"``): RLlib's learner group hides the other GPUs from each learner, and NCCL moves
+data GPU to GPU only between processes that see each other's GPU (see :mod:`rl_speed.bench.allreduce`). ``"all"``
+sets Ray Train's ``TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES`` while the learner group is built; each learner still
+trains on its own GPU (Ray's ``get_devices`` picks it by its GPU id). ``overrides``: config keys set on every row
+(e.g. ``{"torch_compile_learner": false}``).
+
 Run on the device with ``rl-speed bench learner-scaling --device cuda``.
 """
 
 from __future__ import annotations
 
 import time
+import contextlib
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -61,6 +70,26 @@ def per_learner_spread(result: dict) -> str:
             f"{median_of(profiles, 'learner_updates_s_min'):.3f}-{median_of(profiles, 'learner_updates_s_max'):.3f} s")
 
 
+#: Ray Train's switch for its GPU workers' CUDA_VISIBLE_DEVICES: 1 shows each worker every GPU of its node.
+SHARE_GPUS_ENV = "TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES"
+GPUS_SEEN = ("own", "all")
+
+
+@contextlib.contextmanager
+def learners_seeing(seen: str) -> Iterator[None]:
+    """While a learner group is built: its learner actors see only their own GPU (``"own"``, RLlib's default) or
+    every GPU of the host (``"all"``)."""
+    before = os.environ.get(SHARE_GPUS_ENV)
+    os.environ[SHARE_GPUS_ENV] = "1" if seen == "all" else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SHARE_GPUS_ENV)
+        else:
+            os.environ[SHARE_GPUS_ENV] = before
+
+
 def learner_counts(gpus: int) -> list[int]:
     """1, 2, 4, 8, ... up to ``gpus``."""
     return [k for k in (1, 2, 4, 8) if k <= max(1, gpus)]
@@ -68,11 +97,12 @@ def learner_counts(gpus: int) -> list[int]:
 
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: int = 3,
         presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1,
-        learners: tuple[int, ...] | None = None) -> str:
+        learners: tuple[int, ...] | None = None, gpus_seen: tuple[str, ...] = ("own",),
+        overrides: dict | None = None) -> str:
     """``cpus_per_learner`` (GPU learners): CPUs Ray reserves for each learner actor, taken from the runners when
     ``runners`` is not given (a learner whose update is bound by its CPU thread may starve beside busy runners).
     ``learners``: the learner counts to run (default 1, 2, 4, 8 up to the host's GPUs); efficiencies are against
-    the first."""
+    the first. ``gpus_seen`` and ``overrides``: see the module docstring."""
     import ray
 
     import rl_speed
@@ -91,6 +121,11 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
     if any(k < 1 or (device == "cuda" and k > max(1, gpus)) for k in counts):
         raise ValueError(f"learner_scaling.run: `learners` {counts} must be counts from 1 to the host's GPUs "
                          f"({gpus}) on cuda, >= 1 on cpu.")
+    if not gpus_seen or any(seen not in GPUS_SEEN for seen in gpus_seen):
+        raise ValueError(f"learner_scaling.run: `gpus_seen` {list(gpus_seen)} must name some of {list(GPUS_SEEN)}.")
+    unknown = [key for key in overrides or {} if not hasattr(_load(PRESETS["grid arena"]), key)]
+    if unknown:
+        raise ValueError(f"learner_scaling.run: `overrides` names unknown config keys {unknown}.")
     per_learner = cpus_per_learner if device == "cuda" else 1  # CPU learners keep one core each (_scaled)
     learner_cpus = counts[-1] * per_learner
     if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count
@@ -110,17 +145,19 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             preset = _load(PRESETS[name])
             batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
             rows, base = [], None
-            for k in counts:
+            for k, seen in [(k, seen) for k in counts for seen in gpus_seen]:
+                config = _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
                 try:
-                    result = timed_run(_scaled(preset, runners, k, device, cpus_per_learner), seconds, warmup)
+                    with learners_seeing(seen):
+                        result = timed_run(config, seconds, warmup)
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
-                    rows.append(f"| {k} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |")
+                    rows.append(f"| {k} | {seen} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |")
                     continue
                 learner_s = learner_seconds(result)
                 iteration_s = float(np.median(result["iteration_s"]))
                 learner_rate = batch / learner_s
                 base = base or (learner_rate, result["rate"])
-                rows.append(f"| {k} | {result['rate']:,.0f} | {learner_s:.3f} s of {iteration_s:.3f} s "
+                rows.append(f"| {k} | {seen} | {result['rate']:,.0f} | {learner_s:.3f} s of {iteration_s:.3f} s "
                             f"({learner_s / iteration_s:.0%}) | {per_learner_spread(result)} | {learner_rate:,.0f} | "
                             f"{learner_rate / (k * base[0]):.0%} | {result['rate'] / (k * base[1]):.0%} | "
                             f"{result['iterations']} |")
@@ -129,10 +166,10 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 f"{preset.rollout_fragment_length} steps = {batch:,} agent steps per iteration, minibatch "
                 f"{preset.minibatch_size:,} per learner",
                 "",
-                "| learners | agent steps/s end to end | learner time per iteration (share) | per learner: fetch + "
+                "| learners | GPUs each learner sees | agent steps/s end to end | learner time per iteration (share) | per learner: fetch + "
                 "advantages / minibatch loop (fastest-slowest) | learner steps/s | learner efficiency | end-to-end "
                 "efficiency | iterations |",
-                "|---:|---:|---|---|---:|---:|---:|---:|",
+                "|---:|---|---:|---|---|---:|---:|---:|---:|",
                 *rows,
                 "",
             ]
@@ -143,7 +180,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         "",
         f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
         f"CPUs usable: {cpus} · CPUs per learner: {per_learner} · date: "
-        f"{time.strftime('%Y-%m-%d')} · each row over {seconds:.0f} s after {warmup} "
+        f"{time.strftime('%Y-%m-%d')} · overrides: {overrides or 'none'} · each row over {seconds:.0f} s after {warmup} "
         "warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = "
         "rate(k) / (k x rate(1)).",
         "",

@@ -3,6 +3,8 @@ the runners and splits it over the learners, and ``cpus_per_learner`` reaches RL
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rl_speed.bench.learner_scaling import PRESETS, _load, _scaled, learner_counts, run
@@ -39,3 +41,23 @@ def test_per_learner_spread_reads_the_profiles_medians():
     profiles = [{"learner_advantages_s_min": a, "learner_advantages_s_max": 2 * a, "learner_updates_s_min": u,
                  "learner_updates_s_max": u + 0.1} for a, u in ((0.01, 0.2), (0.02, 0.3), (0.03, 0.4))]
     assert per_learner_spread({"profiles": profiles + [{}]}) == "0.020-0.040 s / 0.300-0.400 s"
+
+
+def test_unknown_gpus_seen_and_override_keys_are_refused_before_ray_starts():
+    with pytest.raises(ValueError, match=r"`gpus_seen` \['mine'\] must name some of \['own', 'all'\]"):
+        run(device="cpu", presets=("grid arena",), gpus_seen=("mine",))
+    with pytest.raises(ValueError, match=r"unknown config keys \['torch_compile_lerner'\]"):
+        run(device="cpu", presets=("grid arena",), overrides={"torch_compile_lerner": False})
+
+
+def test_learners_seeing_sets_ray_trains_switch_only_while_building(monkeypatch):
+    from rl_speed.bench.learner_scaling import SHARE_GPUS_ENV, learners_seeing
+
+    monkeypatch.delenv(SHARE_GPUS_ENV, raising=False)
+    with learners_seeing("all"):
+        assert os.environ[SHARE_GPUS_ENV] == "1"
+    assert SHARE_GPUS_ENV not in os.environ
+    monkeypatch.setenv(SHARE_GPUS_ENV, "1")  # a user's own setting comes back afterwards
+    with learners_seeing("own"):
+        assert os.environ[SHARE_GPUS_ENV] == "0"
+    assert os.environ[SHARE_GPUS_ENV] == "1"
