@@ -1,0 +1,94 @@
+"""PPO's loss as RLlib's ``PPOTorchLearner.compute_loss_for_module`` computes it, without device-to-host syncs.
+
+Why: RLlib averages each term over the loss mask by boolean indexing, ``torch.sum(x[mask]) / num_valid``. On a GPU a
+boolean index is a ``nonzero`` whose result size the host must read, so each of the loss's six masked means stops
+the learner's Python thread until the GPU has caught up, and the GPU then idles while the thread launches the next
+kernels. That happens six times per minibatch, and FastPPO's columns always carry a mask (reset steps stay in the
+batch, masked). Under DDP each of these waits also waits for the other learners' all-reduce of the previous step.
+Here the masked mean is ``torch.where(mask, x, 0).sum() / num_valid``: the same value (summed in another order),
+shapes known without a sync, and masked rows' non-finite values are still kept out, as indexing keeps them out.
+
+Everything else is RLlib's loss, term for term and key for key: the clipped surrogate, the KL term with the
+learner's current coefficient, the entropy bonus with its schedule, the clipped value loss and the logged
+statistics. ``tests/learners/test_ppo_loss.py`` checks the loss, its gradients and every logged value against
+RLlib's own method on the same batch, so a Ray upgrade that changes RLlib's loss fails there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ray.rllib.algorithms.ppo.ppo import (
+    LEARNER_RESULTS_KL_KEY,
+    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
+    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
+)
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.torch_utils import explained_variance
+
+
+def masked_mean_fn(batch: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The mean over the batch's ``loss_mask`` rows (all rows without one), with no device-to-host sync."""
+    if Columns.LOSS_MASK not in batch:
+        return torch.mean
+    mask = batch[Columns.LOSS_MASK]
+    num_valid = torch.sum(mask)
+
+    def masked_mean(x: torch.Tensor) -> torch.Tensor:
+        rows = mask.reshape(mask.shape + (1,) * (x.dim() - mask.dim()))  # as x[mask]: the mask selects leading axes
+        return torch.sum(torch.where(rows, x, torch.zeros((), dtype=x.dtype, device=x.device))) / num_valid
+
+    return masked_mean
+
+
+def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
+    """RLlib's PPO loss of ``module_id`` on ``batch`` (see the module docstring); logs what RLlib's logs."""
+    module = learner.module[module_id].unwrapped()
+    mean = masked_mean_fn(batch)
+    curr_dist = module.get_train_action_dist_cls().from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+    prev_dist = module.get_exploration_action_dist_cls().from_logits(batch[Columns.ACTION_DIST_INPUTS])
+    logp_ratio = torch.exp(curr_dist.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP])
+
+    if config.use_kl_loss:
+        mean_kl_loss = mean(prev_dist.kl(curr_dist))
+    else:
+        mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
+    curr_entropy = curr_dist.entropy()
+    mean_entropy = mean(curr_entropy)
+
+    advantages = batch[Postprocessing.ADVANTAGES]
+    surrogate_loss = torch.min(advantages * logp_ratio,
+                               advantages * torch.clamp(logp_ratio, 1 - config.clip_param, 1 + config.clip_param))
+    if config.use_critic:
+        value_fn_out = module.compute_values(batch, embeddings=fwd_out.get(Columns.EMBEDDINGS))
+        vf_loss = torch.pow(value_fn_out - batch[Postprocessing.VALUE_TARGETS], 2.0)
+        vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
+        mean_vf_loss = mean(vf_loss_clipped)
+        mean_vf_unclipped_loss = mean(vf_loss)
+    else:
+        value_fn_out = mean_vf_unclipped_loss = vf_loss_clipped = mean_vf_loss = torch.tensor(
+            0.0, device=surrogate_loss.device)
+
+    entropy_coeff = learner.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+    total_loss = mean(-surrogate_loss + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * curr_entropy)
+    if config.use_kl_loss:
+        total_loss += learner.curr_kl_coeffs_per_module[module_id] * mean_kl_loss
+
+    learner.metrics.log_dict(
+        {
+            POLICY_LOSS_KEY: -mean(surrogate_loss),
+            VF_LOSS_KEY: mean_vf_loss,
+            LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean_vf_unclipped_loss,
+            LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(batch[Postprocessing.VALUE_TARGETS],
+                                                                     value_fn_out),
+            ENTROPY_KEY: mean_entropy,
+            LEARNER_RESULTS_KL_KEY: mean_kl_loss,
+        },
+        key=module_id,
+        window=1,  # as RLlib's: single values, not reduced over time
+    )
+    return total_loss
