@@ -271,8 +271,8 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
         return
     problems = []
     if not config.supports_cuda_graph:
-        problems.append("it is for FastDQN only: RLlib's PPO loss, which FastPPO uses, averages over the loss mask "
-                        "by boolean indexing, a device-to-host sync that a CUDA graph cannot capture")
+        problems.append("it is for FastDQN only: FastPPO's step has not been captured and checked on a GPU yet (its "
+                        "loss no longer syncs with the host, rl_speed/learners/ppo_loss.py, but capture is unverified)")
     if not config.num_gpus_per_learner:
         problems.append("it needs a CUDA learner (`num_gpus_per_learner: 1`)")
     if config.mixed_precision == "fp16":

@@ -19,8 +19,9 @@ How (torch's "whole network capture" recipe):
   are issued again with copies of the graph's output tensors, which now hold this step's values. Calls with
   ``window=1`` (only the last value survives) are issued for the last minibatch of an ``update()`` only.
 
-FastDQN only: FastPPO's loss is RLlib's PPO loss, which averages over its loss mask by boolean indexing (a
-device-to-host sync that capture forbids). What a replay cannot see, and the config therefore refuses
+FastDQN only. FastPPO's loss used to block capture (RLlib's masked means index by a boolean mask, a device-to-host
+sync); :mod:`rl_speed.learners.ppo_loss` removed those syncs, but FastPPO's step has not been captured and checked on a
+GPU, so its config still refuses ``cuda_graph``. What a replay cannot see, and the config therefore refuses
 (``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip
 bookkeeping live in Python), a learning-rate or entropy schedule (the values are constants inside the captured
 kernels), several learners (the gradient all-reduce), and torch.compile modes that capture graphs themselves.
