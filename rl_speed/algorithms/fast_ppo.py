@@ -46,6 +46,7 @@ from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer
 from rl_speed.columns import concat_lanes, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
+from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, PPO_LOSSES
 from rl_speed.learners.update_loop import UPDATES_TIME_KEY
 from rl_speed.modules.recurrent import RecurrentActorCritic
 
@@ -89,6 +90,10 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 f"FastPPO: the {lanes} env lanes (num_envs_per_env_runner={self.num_envs_per_env_runner} x "
                 f"num_env_runners={max(1, self.num_env_runners)}) must split evenly over num_learners={learners}; "
                 "change num_envs_per_env_runner or num_learners.")
+        loss = (self.learner_config_dict or {}).get(PPO_LOSS_KEY, "sync_free")
+        if loss not in PPO_LOSSES:
+            self._value_error(f"FastPPO: `learner_config_dict['{PPO_LOSS_KEY}']`={loss!r} must be one of "
+                              f"{', '.join(map(repr, PPO_LOSSES))} (rl_speed/learners/ppo_loss.py).")
         if not self.use_gae or not self.use_critic:
             self._value_error("FastPPO: `use_gae` and `use_critic` must be True (advantages come from GAE on the "
                               "learner); use stock PPO for the critic-free variants.")

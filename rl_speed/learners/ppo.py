@@ -34,7 +34,7 @@ from rl_speed.columns import IS_FIRST
 from rl_speed.connectors.vectorized_gae import VectorizedGAE
 from rl_speed.gae import standardize, vectorized_gae
 from rl_speed.learners.optimizer_step import OptimizerStepMixin
-from rl_speed.learners.ppo_loss import ppo_loss
+from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, ppo_loss
 from rl_speed.learners.sequences import EpisodeSequences
 from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
 
@@ -136,12 +136,20 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
 
     @override(PPOTorchLearner)
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
-        """RLlib's PPO loss without its device-to-host syncs (:mod:`rl_speed.learners.ppo_loss`)."""
+        """RLlib's PPO loss without its device-to-host syncs (:mod:`rl_speed.learners.ppo_loss`), or RLlib's own
+        method where ``learner_config_dict`` asks for it."""
+        if self.config.learner_config_dict.get(PPO_LOSS_KEY, "sync_free") == "rllib":
+            def loss() -> torch.Tensor:
+                return super(FastPPOTorchLearner, self).compute_loss_for_module(
+                    module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+        else:
+            def loss() -> torch.Tensor:
+                return ppo_loss(self, module_id, config, batch, fwd_out)
         if PLACEHOLDER not in batch:
-            return ppo_loss(self, module_id, config, batch, fwd_out)
+            return loss()
         metrics, self.metrics = self.metrics, MetricsLogger()  # statistics of no data: not logged
         try:
-            return 0.0 * ppo_loss(self, module_id, config, batch, fwd_out)
+            return 0.0 * loss()
         finally:
             self.metrics = metrics
 

@@ -12,6 +12,10 @@ Everything else is RLlib's loss, term for term and key for key: the clipped surr
 learner's current coefficient, the entropy bonus with its schedule, the clipped value loss and the logged
 statistics. ``tests/learners/test_ppo_loss.py`` checks the loss, its gradients and every logged value against
 RLlib's own method on the same batch, so a Ray upgrade that changes RLlib's loss fails there.
+
+``learner_config_dict: {"ppo_loss": "rllib"}`` makes FastPPO's learner call RLlib's own method instead (default
+``"sync_free"``, this module): the A/B of the two on a GPU (``rl_speed.bench.learner_scaling``'s ``overrides``), and
+a way back should a Ray version change RLlib's loss before this module follows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.torch_utils import explained_variance
+
+
+#: ``learner_config_dict["ppo_loss"]`` values: this module's loss (the default) or RLlib's own method.
+PPO_LOSSES = ("sync_free", "rllib")
+PPO_LOSS_KEY = "ppo_loss"
 
 
 def masked_mean_fn(batch: dict) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -110,3 +110,23 @@ def test_the_loss_and_its_backward_run_no_op_that_waits_for_the_device():
     with _SyncingOps() as ops:  # the probe sees RLlib's boolean indexing: it would catch ours
         _rllib(learner, DEFAULT_MODULE_ID, config, batch, module.forward_train(batch)).backward()
     assert len(ops.seen) >= 5
+
+
+@pytest.mark.parametrize("choice, syncs", [(None, False), ("sync_free", False), ("rllib", True)])
+def test_learner_config_dict_picks_the_loss(choice, syncs):
+    extra = {} if choice is None else {"learner_config_dict": {"ppo_loss": choice}}
+    config = FastPPOConfig().environment("CartPole-v1").learners(**extra).debugging(seed=0)
+    learner = config.build_learner(env=gym.make("CartPole-v1"))
+    batch = _batch("CartPole-v1")
+    module = learner.module[DEFAULT_MODULE_ID]
+    with _SyncingOps() as ops:
+        learner.compute_loss_for_module(module_id=DEFAULT_MODULE_ID, config=config, batch=batch,
+                                        fwd_out=module.forward_train(batch)).backward()
+    assert bool(ops.seen) == syncs
+
+
+def test_an_unknown_loss_choice_is_refused_at_config_time():
+    config = FastPPOConfig().environment("CartPole-v1").learners(learner_config_dict={"ppo_loss": "fast"})
+    with pytest.raises(ValueError, match=r"`learner_config_dict\['ppo_loss'\]`='fast' must be one of 'sync_free', "
+                                         r"'rllib'"):
+        config.validate()
