@@ -16,20 +16,21 @@ advantages and minibatch loop (DDP learners wait for the slowest at every all-re
 not shrink with more learners shows where it stays.
 
 ``gpus_seen`` adds rows where every learner actor sees all of the host's GPUs (``"all"``) beside RLlib's default,
-each sees only its own (``"own"``): RLlib's learner group hides the other GPUs from each learner, and NCCL moves
-data GPU to GPU only between processes that see each other's GPU (see :mod:`rl_speed.bench.allreduce`). ``"all"``
-sets Ray Train's ``TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES`` while the learner group is built; each learner still
-trains on its own GPU (Ray's ``get_devices`` picks it by its GPU id). ``overrides``: config keys set on every row
-(e.g. ``{"torch_compile_learner": false}``).
+each sees only its own (``"own"``). NVIDIA/nccl#129 says NCCL moves data GPU to GPU only between processes that see
+each other's GPU; on the 2x H200 host (BENCHMARKS.md) it went GPU to GPU either way (its cuMem path) and the rows
+differed within noise (see also :mod:`rl_speed.bench.allreduce`). ``"all"`` sets Ray Train's
+``TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES`` while the learner group is built; each learner still trains on its own
+GPU (Ray's ``get_devices`` picks it by its GPU id). ``overrides``: config keys set on every row (e.g.
+``{"torch_compile_learner": false}``, or ``{"learner_config_dict": {"ppo_loss": "rllib"}}`` for RLlib's PPO loss).
 
 Run on the device with ``rl-speed bench learner-scaling --device cuda``.
 """
 
 from __future__ import annotations
 
-import time
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -166,9 +167,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 f"{preset.rollout_fragment_length} steps = {batch:,} agent steps per iteration, minibatch "
                 f"{preset.minibatch_size:,} per learner",
                 "",
-                "| learners | GPUs each learner sees | agent steps/s end to end | learner time per iteration (share) | per learner: fetch + "
-                "advantages / minibatch loop (fastest-slowest) | learner steps/s | learner efficiency | end-to-end "
-                "efficiency | iterations |",
+                "| learners | GPUs each learner sees | agent steps/s end to end | learner time per iteration (share) "
+                "| per learner: fetch + advantages / minibatch loop (fastest-slowest) | learner steps/s "
+                "| learner efficiency | end-to-end efficiency | iterations |",
                 "|---:|---|---:|---|---|---:|---:|---:|---:|",
                 *rows,
                 "",
@@ -180,9 +181,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         "",
         f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
         f"CPUs usable: {cpus} · CPUs per learner: {per_learner} · date: "
-        f"{time.strftime('%Y-%m-%d')} · overrides: {overrides or 'none'} · each row over {seconds:.0f} s after {warmup} "
-        "warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = "
-        "rate(k) / (k x rate(1)).",
+        f"{time.strftime('%Y-%m-%d')} · overrides: {overrides or 'none'} · each row over {seconds:.0f} s after "
+        f"{warmup} warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); "
+        "efficiency = rate(k) / (k x rate(1)).",
         "",
         *sections,
         *[f"- {note}" for note in skipped],

@@ -136,22 +136,20 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
 
     @override(PPOTorchLearner)
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
+        if PLACEHOLDER not in batch:
+            return self._ppo_loss(module_id, config, batch, fwd_out)
+        metrics, self.metrics = self.metrics, MetricsLogger()  # statistics of no data: not logged
+        try:
+            return 0.0 * self._ppo_loss(module_id, config, batch, fwd_out)
+        finally:
+            self.metrics = metrics
+
+    def _ppo_loss(self, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
         """RLlib's PPO loss without its device-to-host syncs (:mod:`rl_speed.learners.ppo_loss`), or RLlib's own
         method where ``learner_config_dict`` asks for it."""
         if self.config.learner_config_dict.get(PPO_LOSS_KEY, "sync_free") == "rllib":
-            def loss() -> torch.Tensor:
-                return super(FastPPOTorchLearner, self).compute_loss_for_module(
-                    module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
-        else:
-            def loss() -> torch.Tensor:
-                return ppo_loss(self, module_id, config, batch, fwd_out)
-        if PLACEHOLDER not in batch:
-            return loss()
-        metrics, self.metrics = self.metrics, MetricsLogger()  # statistics of no data: not logged
-        try:
-            return 0.0 * loss()
-        finally:
-            self.metrics = metrics
+            return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+        return ppo_loss(self, module_id, config, batch, fwd_out)
 
     @torch.no_grad()
     def compute_multi_agent_advantages(self, columns: dict) -> dict[str, dict]:

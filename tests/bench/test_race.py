@@ -135,9 +135,9 @@ def test_judge_files_collect_the_episodes_of_remote_env_runners(ray_session, tmp
 def _env_steps_to_target(family: str, settings: dict, task, seeds: int = 5, stock_extra: dict | None = None,
                          fast_extra: dict | None = None) -> dict[str, list[float]]:
     """Env steps to the judge's target per seed for rl_speed's and stock RLlib's algorithm at the same settings
-    (``stock_extra`` / ``fast_extra``: settings of one side only, for an aligned comparison); a seed that misses it within
-    ``task.max_steps`` counts as ``task.max_steps`` (censored, which favours neither side). The time limit is
-    generous so that the step cap is what ends a run that misses."""
+    (``stock_extra`` / ``fast_extra``: settings of one side only, for an aligned comparison); a seed that misses it
+    within ``task.max_steps`` counts as ``task.max_steps`` (censored, which favours neither side). The time limit
+    is generous so that the step cap is what ends a run that misses."""
     import torch
 
     from rl_speed.bench.race import env_steps_to_target
