@@ -91,6 +91,18 @@ def learners_seeing(seen: str) -> Iterator[None]:
             os.environ[SHARE_GPUS_ENV] = before
 
 
+def interleaved(plan: list, repeats: int) -> list:
+    """``repeats`` rounds of ``plan`` in order (A, B, A, B, ...), so that a slow drift of the host (thermal, other
+    tenants) falls on every row alike instead of on the rows run last."""
+    return [key for _ in range(repeats) for key in plan]
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median end-to-end rate (the lower middle one of an even count): its learner split is
+    reported with it, so the row's figures come from one run."""
+    return sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
+
+
 def learner_counts(gpus: int) -> list[int]:
     """1, 2, 4, 8, ... up to ``gpus``."""
     return [k for k in (1, 2, 4, 8) if k <= max(1, gpus)]
@@ -100,10 +112,12 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1,
         learners: tuple[int, ...] | None = None, gpus_seen: tuple[str, ...] = ("own",),
         overrides: dict | None = None) -> str:
-    """``cpus_per_learner`` (GPU learners): CPUs Ray reserves for each learner actor, taken from the runners when
-    ``runners`` is not given (a learner whose update is bound by its CPU thread may starve beside busy runners).
-    ``learners``: the learner counts to run (default 1, 2, 4, 8 up to the host's GPUs); efficiencies are against
-    the first. ``gpus_seen`` and ``overrides``: see the module docstring."""
+    """``repeats``: runs per row, interleaved in rounds (:func:`interleaved`); each row reports the median run
+    (:func:`median_run`) and the range of the end-to-end rate. ``cpus_per_learner`` (GPU learners): CPUs Ray
+    reserves for each learner actor, taken from the runners when ``runners`` is not given (a learner whose update is
+    bound by its CPU thread may starve beside busy runners). ``learners``: the learner counts to run (default 1, 2,
+    4, 8 up to the host's GPUs); efficiencies are against the first. ``gpus_seen`` and ``overrides``: see the module
+    docstring."""
     import ray
 
     import rl_speed
@@ -117,6 +131,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         gpus = torch.cuda.device_count()
     counts = list(learners) if learners else learner_counts(gpus if device == "cuda" else 2)
     cpus = usable_cpus()
+    if repeats < 1:
+        raise ValueError(f"learner_scaling.run: `repeats` must be >= 1, got {repeats}.")
     if cpus_per_learner < 1:
         raise ValueError(f"learner_scaling.run: `cpus_per_learner` must be >= 1, got {cpus_per_learner}.")
     if any(k < 1 or (device == "cuda" and k > max(1, gpus)) for k in counts):
@@ -145,21 +161,33 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         for name in names:
             preset = _load(PRESETS[name])
             batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
-            rows, base = [], None
-            for k, seen in [(k, seen) for k in counts for seen in gpus_seen]:
+            plan = [(k, seen) for k in counts for seen in gpus_seen]
+            runs: dict[tuple[int, str], list[dict]] = {key: [] for key in plan}
+            failed: dict[tuple[int, str], str] = {}
+            for k, seen in interleaved(plan, repeats):  # A, B, C, A, B, C, ...: drift hits every row alike
+                if (k, seen) in failed:
+                    continue
                 config = _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
                 try:
                     with learners_seeing(seen):
-                        result = timed_run(config, seconds, warmup)
+                        runs[(k, seen)].append(timed_run(config, seconds, warmup))
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
-                    rows.append(f"| {k} | {seen} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |")
+                    failed[(k, seen)] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            rows, base = [], None
+            for k, seen in plan:
+                if not runs[(k, seen)]:
+                    rows.append(f"| {k} | {seen} | {failed[(k, seen)]} | | | | | | |")
                     continue
+                result = median_run(runs[(k, seen)])
                 learner_s = learner_seconds(result)
                 iteration_s = float(np.median(result["iteration_s"]))
                 learner_rate = batch / learner_s
                 base = base or (learner_rate, result["rate"])
-                rows.append(f"| {k} | {seen} | {result['rate']:,.0f} | {learner_s:.3f} s of {iteration_s:.3f} s "
-                            f"({learner_s / iteration_s:.0%}) | {per_learner_spread(result)} | {learner_rate:,.0f} | "
+                rates = sorted(r["rate"] for r in runs[(k, seen)])
+                spread = f" ({rates[0]:,.0f}-{rates[-1]:,.0f}, {len(rates)} runs)" if len(rates) > 1 else ""
+                rows.append(f"| {k} | {seen} | {result['rate']:,.0f}{spread} | {learner_s:.3f} s of "
+                            f"{iteration_s:.3f} s ({learner_s / iteration_s:.0%}) | {per_learner_spread(result)} | "
+                            f"{learner_rate:,.0f} | "
                             f"{learner_rate / (k * base[0]):.0%} | {result['rate'] / (k * base[1]):.0%} | "
                             f"{result['iterations']} |")
             sections += [
@@ -182,8 +210,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
         f"CPUs usable: {cpus} · CPUs per learner: {per_learner} · date: "
         f"{time.strftime('%Y-%m-%d')} · overrides: {overrides or 'none'} · each row over {seconds:.0f} s after "
-        f"{warmup} warm-up iterations; learner time = learn + advantages seconds of rl_speed_profile (median); "
-        "efficiency = rate(k) / (k x rate(1)).",
+        f"{warmup} warm-up iterations, {repeats} run(s) per row in interleaved rounds, the median run shown; "
+        "learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = rate(k) / (k x rate(1)).",
         "",
         *sections,
         *[f"- {note}" for note in skipped],
