@@ -120,6 +120,18 @@ def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
         algo.stop()
 
 
+def interleaved(plan: list, repeats: int) -> list:
+    """``repeats`` rounds of ``plan`` in order (A, B, A, B, ...), so that a slow drift of the host (thermal, other
+    tenants) falls on every row alike instead of on the rows run last."""
+    return [key for _ in range(repeats) for key in plan]
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median end-to-end rate (the lower middle one of an even count): its learner split is
+    reported with it, so the row's figures come from one run."""
+    return sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
+
+
 def median_of(rows: list[dict], key: str) -> float:
     """The median of ``key`` over the rows that have it (per-iteration dicts of a :func:`timed_run`, e.g. its
     ``profiles`` or ``samplers``); NaN if none does."""

@@ -36,7 +36,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from rl_speed.bench.common import learner_seconds, machine, median_of, timed_run, usable_cpus
+from rl_speed.bench.common import (interleaved, learner_seconds, machine, median_of, median_run, timed_run,
+                                   usable_cpus)
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 PRESETS = {"MettaGrid": TUNED / "mettagrid_ppo_gpu.yaml", "grid arena": TUNED / "grid_ppo_gpu.yaml"}
@@ -89,18 +90,6 @@ def learners_seeing(seen: str) -> Iterator[None]:
             os.environ.pop(SHARE_GPUS_ENV)
         else:
             os.environ[SHARE_GPUS_ENV] = before
-
-
-def interleaved(plan: list, repeats: int) -> list:
-    """``repeats`` rounds of ``plan`` in order (A, B, A, B, ...), so that a slow drift of the host (thermal, other
-    tenants) falls on every row alike instead of on the rows run last."""
-    return [key for _ in range(repeats) for key in plan]
-
-
-def median_run(runs: list[dict]) -> dict:
-    """The run with the median end-to-end rate (the lower middle one of an even count): its learner split is
-    reported with it, so the row's figures come from one run."""
-    return sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
 
 
 def learner_counts(gpus: int) -> list[int]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import learner_seconds, machine, timed_run, usable_cpus
+from rl_speed.bench.common import interleaved, learner_seconds, machine, median_run, timed_run, usable_cpus
 
 PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
 #: the same preset with the LSTM token module and BPTT over 32-step chunks
@@ -72,6 +72,10 @@ def _phases(run: dict) -> dict:
 
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seconds: float = 60.0,
         runners: int | None = None, bptt: bool = True) -> str:
+    """FastPPO's MettaGrid GPU preset (and its BPTT preset) against stock PPO through the PettingZoo form; each
+    contender ``repeats`` times in interleaved rounds, the median run reported."""
+    if repeats < 1:
+        raise ValueError(f"bench mettagrid: `repeats` must be >= 1, got {repeats}.")
     import ray
 
     import rl_speed
@@ -87,21 +91,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     preset = _sized(_preset(), runners, device)
     env_config = dict(preset.env_config)
     batch = preset.train_batch_size_per_learner
-    rows, notes = [], []
+    agents = env_config.get("num_agents", 24)
     try:
         baseline = random_return(env_config)
-        one = timed_run(preset.copy(copy_frozen=False), seconds)
-        rows.append(("FastPPO, 1 GPU learner", one["rate"], batch / learner_seconds(one)))
-        notes.append(f"FastPPO 1 learner: mean return per agent-episode over the run "
-                     f"{[round(r, 1) for r in one['returns']]} (random play {baseline:.2f}); last iteration's phases "
-                     f"{_phases(one)}")
-        if bptt:
-            recurrent = _sized(_preset(BPTT_PRESET), runners, device)
-            lstm = timed_run(recurrent, seconds)
-            rows.append((f"FastPPO, BPTT preset ({BPTT_PRESET.name})", lstm["rate"],
-                         recurrent.train_batch_size_per_learner / learner_seconds(lstm)))
-            notes.append(f"FastPPO BPTT preset: mean return per agent-episode over the run "
-                         f"{[round(r, 1) for r in lstm['returns']]}; last iteration's phases {_phases(lstm)}")
         module = RLModuleSpec(module_class=TokenActorCritic, model_config=dict(preset.model_config))
         stock = (PPOConfig().environment("rl_speed/MettaGrid-v0", env_config=env_config)
                  .env_runners(num_env_runners=preset.num_env_runners, num_envs_per_env_runner=1)
@@ -112,13 +104,33 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
                            num_epochs=preset.num_epochs, lr=preset.lr, gamma=preset.gamma,
                            lambda_=preset.lambda_, entropy_coeff=preset.entropy_coeff)
                  .learners(num_gpus_per_learner=1 if device == "cuda" else 0))
-        agents = env_config.get("num_agents", 24)
-        base = timed_run(stock, stock_seconds)
-        rows.append(("stock PPO, PettingZoo form", base["rate"], float("nan")))
+        # name -> (config, seconds, batch for the learner rate or None)
+        contenders = {"FastPPO, 1 GPU learner": (preset, seconds, batch)}
+        if bptt:
+            recurrent = _sized(_preset(BPTT_PRESET), runners, device)
+            contenders[f"FastPPO, BPTT preset ({BPTT_PRESET.name})"] = (
+                recurrent, seconds, recurrent.train_batch_size_per_learner)
+        contenders["stock PPO, PettingZoo form"] = (stock, stock_seconds, None)
+        runs: dict[str, list[dict]] = {name: [] for name in contenders}
+        for name in interleaved(list(contenders), repeats):  # each contender once per round
+            config, secs, _ = contenders[name]
+            runs[name].append(timed_run(config.copy(copy_frozen=False), secs))
     finally:
         ray.shutdown()
+    rows, notes = [], []
+    for name, (_, _, learner_batch) in contenders.items():
+        median = median_run(runs[name])
+        rates = sorted(r["rate"] for r in runs[name])
+        spread = f" ({rates[0]:,.0f}-{rates[-1]:,.0f})" if len(rates) > 1 else ""
+        rows.append((name, median["rate"], spread,
+                     learner_batch / learner_seconds(median) if learner_batch else float("nan")))
+        if learner_batch:
+            notes.append(f"{name} (median run): mean return per agent-episode over the run "
+                         f"{[round(r, 1) for r in median['returns']]} (random play {baseline:.2f}); last iteration's "
+                         f"phases {_phases(median)}")
     fast = rows[0][1]
-    table = [f"| {name} | {rate:,.0f} | {learner:,.0f} | {fast / rate:.1f}x |" for name, rate, learner in rows]
+    table = [f"| {name} | {rate:,.0f}{spread} | {learner:,.0f} | {fast / rate:.1f}x |"
+             for name, rate, spread, learner in rows]
     return "\n".join([
         "### MettaGrid GPU preset: FastPPO (vector form) vs stock PPO (PettingZoo form), agent steps/s",
         "",
@@ -126,7 +138,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
         f"{time.strftime('%Y-%m-%d')} · CPUs usable: {usable_cpus()} · preset `{PRESET.name}` ({preset.num_env_runners} "
         f"runners x {preset.num_envs_per_env_runner} lanes, batch {batch:,}, minibatch {preset.minibatch_size:,}), "
         f"{agents} agents per simulation; FastPPO measured over {seconds:.0f} s, "
-        f"stock over {stock_seconds:.0f} s, each after two warm-up iterations. Learner rate: batch / (learn + "
+        f"stock over {stock_seconds:.0f} s, each after two warm-up iterations; {repeats} run(s) each in interleaved "
+        "rounds, the median run shown (range in brackets). Learner rate: batch / (learn + "
         "advantages seconds) per iteration, median.",
         "",
         "| run | agent steps/s end to end | learner steps/s | FastPPO 1-GPU / this |",

@@ -63,12 +63,7 @@ def test_learners_seeing_sets_ray_trains_switch_only_while_building(monkeypatch)
     assert os.environ[SHARE_GPUS_ENV] == "1"
 
 
-def test_repeats_run_in_interleaved_rounds_and_the_median_run_is_reported():
-    from rl_speed.bench.learner_scaling import interleaved, median_run
 
-    assert interleaved([(1, "own"), (2, "own")], 3) == [(1, "own"), (2, "own")] * 3
-    runs = [{"rate": r, "id": i} for i, r in enumerate((5.0, 1.0, 3.0, 4.0))]
-    assert median_run(runs)["id"] == 2  # rates 1, 3, 4, 5: the lower middle one
-    assert median_run(runs[:3])["id"] == 2  # 1, 3, 5
+def test_repeats_below_one_are_refused_before_ray_starts():
     with pytest.raises(ValueError, match="`repeats` must be >= 1, got 0"):
         run(0, device="cpu", presets=("grid arena",))
