@@ -17,6 +17,8 @@ pytest.importorskip("ray.rllib")
 
 #: (module, class or "" for a module attribute, name, "method" | "attribute" | "module") -> where rl_speed uses it.
 PRIVATE = [
+    ("ray.rllib.utils.metrics.metrics_logger", "MetricsLogger", "_threading_lock", "attribute",
+     "telemetry.lock_metrics_for_parallel_evaluation"),
     ("ray.rllib.algorithms.algorithm_config", "AlgorithmConfig", "_value_error", "method",
      "every config check (algorithms/config.py, fast_ppo.py, fast_dqn.py)"),
     ("ray.rllib.algorithms.algorithm_config", "AlgorithmConfig", "_rl_module_spec", "attribute",

@@ -53,7 +53,7 @@ from ray.rllib.utils.metrics import (
 from rl_speed import columns as C
 from rl_speed.algorithms.config import ColumnarConfigMixin, make_probe_env, probe_spaces
 from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
-from rl_speed.algorithms.telemetry import PhaseTimer
+from rl_speed.algorithms.telemetry import PhaseTimer, lock_metrics_for_parallel_evaluation
 from rl_speed.buffers import BatchedReplayBuffer
 from rl_speed.buffers.replay import IMPORTANCE_WEIGHTS
 from rl_speed.columns import num_steps
@@ -261,6 +261,7 @@ class FastDQN(DQN):
         self._sampler = ColumnSampler(self, streaming=True)  # replay takes batches as they come
         self._ratio_iteration, self._ratio_counts = -1, [0, 0]  # samples trained / env steps, this iteration
         self._timer = PhaseTimer(self, ("sample", "replay", "learn", "sync_weights"))
+        lock_metrics_for_parallel_evaluation(self)
         self._obs_structure: Any = None  # the leaves of Dict / Tuple observations (None: plain arrays)
 
     @property

@@ -42,7 +42,7 @@ from ray.rllib.utils.metrics import (
 
 from rl_speed.algorithms.config import ColumnarConfigMixin
 from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
-from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer
+from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer, lock_metrics_for_parallel_evaluation
 from rl_speed.columns import concat_lanes, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
@@ -147,6 +147,7 @@ class FastPPO(PPO):
         super().setup(config)
         self._sampler = ColumnSampler(self, by_reference=not self.learner_group.is_local)
         self._timer = PhaseTimer(self, ("sample", "advantages", "learn", "sync_weights"))
+        lock_metrics_for_parallel_evaluation(self)
 
     @override(PPO)
     def training_step(self) -> None:

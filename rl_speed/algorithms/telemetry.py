@@ -13,6 +13,7 @@ sums over all of them and reports the iteration so far after each step:
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any, Iterator
 
@@ -28,6 +29,16 @@ RAY_METRICS = {
     "rl_speed_time_share": "Share of the last iteration's time spent in each phase (tag `phase`).",
 }
 _gauges: dict[str, Any] = {}
+
+
+def lock_metrics_for_parallel_evaluation(algo: Any) -> None:
+    """With ``evaluation_parallel_to_training``, RLlib trains in a worker thread that compiles ``algo.metrics`` at the
+    end of its iteration while the main thread logs the evaluation's results into the same logger. RLlib's logger
+    guards every read and write with a lock, but a dummy one by default, so a key added during the compile can break
+    it ("Could not pack sequence. Structure had 109 elements, but flat_sequence had 108", seen in this project's
+    evaluation test). A real re-entrant lock, as RLlib's own IMPALA learner sets on its logger, serializes them."""
+    if algo.config.evaluation_parallel_to_training:
+        algo.metrics._threading_lock = threading.RLock()
 
 
 class PhaseTimer:
