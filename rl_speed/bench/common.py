@@ -132,6 +132,13 @@ def median_run(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
 
 
+def rate_range(runs: list[dict]) -> str:
+    """`` (lowest-highest, N runs)`` of the runs' end-to-end rates, for a row that reports its :func:`median_run`;
+    empty for a single run."""
+    rates = sorted(r["rate"] for r in runs)
+    return f" ({rates[0]:,.0f}-{rates[-1]:,.0f}, {len(rates)} runs)" if len(rates) > 1 else ""
+
+
 def median_of(rows: list[dict], key: str) -> float:
     """The median of ``key`` over the rows that have it (per-iteration dicts of a :func:`timed_run`, e.g. its
     ``profiles`` or ``samplers``); NaN if none does."""

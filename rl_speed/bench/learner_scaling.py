@@ -36,8 +36,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from rl_speed.bench.common import (interleaved, learner_seconds, machine, median_of, median_run, timed_run,
-                                   usable_cpus)
+from rl_speed.bench.common import (interleaved, learner_seconds, machine, median_of, median_run, rate_range,
+                                   timed_run, usable_cpus)
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 PRESETS = {"MettaGrid": TUNED / "mettagrid_ppo_gpu.yaml", "grid arena": TUNED / "grid_ppo_gpu.yaml"}
@@ -172,9 +172,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 iteration_s = float(np.median(result["iteration_s"]))
                 learner_rate = batch / learner_s
                 base = base or (learner_rate, result["rate"])
-                rates = sorted(r["rate"] for r in runs[(k, seen)])
-                spread = f" ({rates[0]:,.0f}-{rates[-1]:,.0f}, {len(rates)} runs)" if len(rates) > 1 else ""
-                rows.append(f"| {k} | {seen} | {result['rate']:,.0f}{spread} | {learner_s:.3f} s of "
+                rows.append(f"| {k} | {seen} | {result['rate']:,.0f}{rate_range(runs[(k, seen)])} | "
+                            f"{learner_s:.3f} s of "
                             f"{iteration_s:.3f} s ({learner_s / iteration_s:.0%}) | {per_learner_spread(result)} | "
                             f"{learner_rate:,.0f} | "
                             f"{learner_rate / (k * base[0]):.0%} | {result['rate'] / (k * base[1]):.0%} | "

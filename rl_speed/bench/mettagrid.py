@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from rl_speed.bench.common import interleaved, learner_seconds, machine, median_run, timed_run, usable_cpus
+from rl_speed.bench.common import (interleaved, learner_seconds, machine, median_run, rate_range, timed_run,
+                                   usable_cpus)
 
 PRESET = Path(__file__).resolve().parents[2] / "tuned_examples" / "mettagrid_ppo_gpu.yaml"
 #: the same preset with the LSTM token module and BPTT over 32-step chunks
@@ -120,9 +121,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 90.0, stock_seco
     rows, notes = [], []
     for name, (_, _, learner_batch) in contenders.items():
         median = median_run(runs[name])
-        rates = sorted(r["rate"] for r in runs[name])
-        spread = f" ({rates[0]:,.0f}-{rates[-1]:,.0f})" if len(rates) > 1 else ""
-        rows.append((name, median["rate"], spread,
+        rows.append((name, median["rate"], rate_range(runs[name]),
                      learner_batch / learner_seconds(median) if learner_batch else float("nan")))
         if learner_batch:
             notes.append(f"{name} (median run): mean return per agent-episode over the run "
