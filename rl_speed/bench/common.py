@@ -92,10 +92,11 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
+def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any], Any] | None = None) -> dict:
     """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
     (RLlib's agent-step keys, so a multi-agent env step counts its agents), each iteration's ``rl_speed_profile`` and
-    wall time, each iteration's ``sampler`` counters, and the finite ``episode_return_mean`` values seen."""
+    wall time, each iteration's ``sampler`` counters, and the finite ``episode_return_mean`` values seen.
+    ``after(algo)``, if given, runs after the timed iterations (outside the timing); its value is ``"after"``."""
     import numpy as np
 
     algo = config.build_algo()
@@ -115,7 +116,8 @@ def timed_run(config: Any, seconds: float, warmup: int = 2) -> dict:
         elapsed = time.perf_counter() - start
         steps = agent_steps(result) - start_steps
         return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "samplers": samplers,
-                "iteration_s": iteration_s, "iterations": len(profiles)}
+                "iteration_s": iteration_s, "iterations": len(profiles),
+                "after": after(algo) if after is not None else None}
     finally:
         algo.stop()
 

@@ -22,6 +22,9 @@ differed within noise (see also :mod:`rl_speed.bench.allreduce`). ``"all"`` sets
 ``TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES`` while the learner group is built; each learner still trains on its own
 GPU (Ray's ``get_devices`` picks it by its GPU id). ``overrides``: config keys set on every row (e.g.
 ``{"torch_compile_learner": false}``, or ``{"learner_config_dict": {"ppo_loss": "rllib"}}`` for RLlib's PPO loss).
+``profile=True`` adds, per row, one iteration with every learner under ``torch.profiler``: its device-busy and NCCL
+time, kernels, launches, host syncs and ops (:mod:`rl_speed.bench.learner_profile`), to tell a learner that waits
+for its host thread or for the other learners from one that computes.
 
 Run on the device with ``rl-speed bench learner-scaling --device cuda``.
 """
@@ -92,6 +95,33 @@ def learners_seeing(seen: str) -> Iterator[None]:
             os.environ[SHARE_GPUS_ENV] = before
 
 
+def profiled_iteration(algo: Any) -> list[dict] | str:
+    """:func:`rl_speed.bench.learner_profile.profile_one_iteration`, or why it failed (the timed row still counts)."""
+    from rl_speed.bench.learner_profile import profile_one_iteration
+
+    try:
+        return profile_one_iteration(algo)
+    except Exception as e:  # a profiler that cannot run here must not discard the row's timing
+        return f"profile failed: {type(e).__name__}: {str(e)[:200]}"
+
+
+def profile_row(k: int, seen: str, calls: int, result: dict) -> str:
+    """One table row of the learners' profiled iteration (:func:`profiled_iteration`), min-max over the learners."""
+    summaries = result["after"]
+    head = f"| {k} | {seen} | {calls} | {learner_seconds(result):.3f} s |"
+    if isinstance(summaries, str) or not summaries:
+        return f"{head} {summaries or 'no learner answered'} | | | | | |"
+
+    def spread(key: str, unit: str = "") -> str:
+        values = [s[key] for s in summaries]
+        fmt = (lambda v: f"{v:.3f}") if unit else (lambda v: f"{v:,}")
+        low, high = fmt(min(values)), fmt(max(values))
+        return (low if low == high else f"{low}-{high}") + unit
+
+    return (f"{head} {spread('device_busy_s', ' s')} | {spread('nccl_s', ' s')} | {spread('kernels')} | "
+            f"{spread('launches')} | {spread('host_sync_s', ' s')} | {spread('ops')} |")
+
+
 def learner_counts(gpus: int) -> list[int]:
     """1, 2, 4, 8, ... up to ``gpus``."""
     return [k for k in (1, 2, 4, 8) if k <= max(1, gpus)]
@@ -100,13 +130,14 @@ def learner_counts(gpus: int) -> list[int]:
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: int = 3,
         presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1,
         learners: tuple[int, ...] | None = None, gpus_seen: tuple[str, ...] = ("own",),
-        overrides: dict | None = None) -> str:
+        overrides: dict | None = None, profile: bool = False) -> str:
     """``repeats``: runs per row, interleaved in rounds (:func:`interleaved`); each row reports the median run
     (:func:`median_run`) and the range of the end-to-end rate. ``cpus_per_learner`` (GPU learners): CPUs Ray
     reserves for each learner actor, taken from the runners when ``runners`` is not given (a learner whose update is
     bound by its CPU thread may starve beside busy runners). ``learners``: the learner counts to run (default 1, 2,
     4, 8 up to the host's GPUs); efficiencies are against the first. ``gpus_seen`` and ``overrides``: see the module
-    docstring."""
+    docstring. ``profile``: after each row's timed run, one more iteration with every learner under
+    ``torch.profiler`` (:mod:`rl_speed.bench.learner_profile`), reported in a second table per preset."""
     import ray
 
     import rl_speed
@@ -159,15 +190,19 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 config = _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
                 try:
                     with learners_seeing(seen):
-                        runs[(k, seen)].append(timed_run(config, seconds, warmup))
+                        runs[(k, seen)].append(timed_run(config, seconds, warmup,
+                                                         after=profiled_iteration if profile else None))
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
                     failed[(k, seen)] = f"failed: {type(e).__name__}: {str(e)[:300]}"
-            rows, base = [], None
+            rows, profile_rows, base = [], [], None
             for k, seen in plan:
                 if not runs[(k, seen)]:
                     rows.append(f"| {k} | {seen} | {failed[(k, seen)]} | | | | | | |")
                     continue
                 result = median_run(runs[(k, seen)])
+                if profile:
+                    calls = -(-batch // k // preset.minibatch_size) * preset.num_epochs
+                    profile_rows.append(profile_row(k, seen, calls, result))
                 learner_s = learner_seconds(result)
                 iteration_s = float(np.median(result["iteration_s"]))
                 learner_rate = batch / learner_s
@@ -190,6 +225,17 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 *rows,
                 "",
             ]
+            if profile:
+                sections += [
+                    f"Profiled iteration (one per row, after its timed run; `{name}`): per learner, min-max over the "
+                    "learners (rl_speed.bench.learner_profile).",
+                    "",
+                    "| learners | GPUs each learner sees | minibatch calls per learner | learner time per iteration "
+                    "(timed) | device busy | NCCL kernels | kernels | kernel launches | host syncs | aten ops |",
+                    "|---:|---|---:|---|---|---|---|---|---|---|",
+                    *profile_rows,
+                    "",
+                ]
     finally:
         ray.shutdown()
     return "\n".join([
