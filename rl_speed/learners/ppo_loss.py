@@ -10,7 +10,11 @@ shapes known without a sync, and masked rows' non-finite values are still kept o
 
 Everything else is RLlib's loss, term for term and key for key: the clipped surrogate, the KL term with the
 learner's current coefficient, the entropy bonus with its schedule, the clipped value loss and the logged
-statistics. ``tests/learners/test_ppo_loss.py`` checks the loss, its gradients and every logged value against
+statistics. The statistics are computed and logged for the last minibatch of an ``update()`` call only
+(``learner.is_last_minibatch``, set by :class:`rl_speed.learners.update_loop.UpdateLoopMixin`'s loop; True
+elsewhere): RLlib logs them with ``window=1``, so only the last minibatch's values survive the reduce anyway (the
+KL coefficient's update reads that one too), and the other minibatches would spend about 20 more device ops and a
+metrics call each on values that are thrown away. ``tests/learners/test_ppo_loss.py`` checks the loss, its gradients and every logged value against
 RLlib's own method on the same batch, so a Ray upgrade that changes RLlib's loss fails there.
 
 ``learner_config_dict: {"ppo_loss": "rllib"}`` makes FastPPO's learner call RLlib's own method instead (default
@@ -55,7 +59,8 @@ def masked_mean_fn(batch: dict) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
-    """RLlib's PPO loss of ``module_id`` on ``batch`` (see the module docstring); logs what RLlib's logs."""
+    """RLlib's PPO loss of ``module_id`` on ``batch`` (see the module docstring); logs what RLlib's logs, for the last
+    minibatch of an ``update()`` call only (see the module docstring)."""
     module = learner.module[module_id].unwrapped()
     mean = masked_mean_fn(batch)
     curr_dist = module.get_train_action_dist_cls().from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
@@ -67,7 +72,6 @@ def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: di
     else:
         mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
     curr_entropy = curr_dist.entropy()
-    mean_entropy = mean(curr_entropy)
 
     advantages = batch[Postprocessing.ADVANTAGES]
     surrogate_loss = torch.min(advantages * logp_ratio,
@@ -76,28 +80,27 @@ def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: di
         value_fn_out = module.compute_values(batch, embeddings=fwd_out.get(Columns.EMBEDDINGS))
         vf_loss = torch.pow(value_fn_out - batch[Postprocessing.VALUE_TARGETS], 2.0)
         vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
-        mean_vf_loss = mean(vf_loss_clipped)
-        mean_vf_unclipped_loss = mean(vf_loss)
     else:
-        value_fn_out = mean_vf_unclipped_loss = vf_loss_clipped = mean_vf_loss = torch.tensor(
-            0.0, device=surrogate_loss.device)
+        value_fn_out = vf_loss = vf_loss_clipped = torch.tensor(0.0, device=surrogate_loss.device)
 
     entropy_coeff = learner.entropy_coeff_schedulers_per_module[module_id].get_current_value()
     total_loss = mean(-surrogate_loss + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * curr_entropy)
     if config.use_kl_loss:
         total_loss += learner.curr_kl_coeffs_per_module[module_id] * mean_kl_loss
 
-    learner.metrics.log_dict(
-        {
-            POLICY_LOSS_KEY: -mean(surrogate_loss),
-            VF_LOSS_KEY: mean_vf_loss,
-            LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean_vf_unclipped_loss,
-            LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(batch[Postprocessing.VALUE_TARGETS],
-                                                                     value_fn_out),
-            ENTROPY_KEY: mean_entropy,
-            LEARNER_RESULTS_KL_KEY: mean_kl_loss,
-        },
-        key=module_id,
-        window=1,  # as RLlib's: single values, not reduced over time
-    )
+    if getattr(learner, "is_last_minibatch", True):
+        critic = config.use_critic
+        learner.metrics.log_dict(
+            {
+                POLICY_LOSS_KEY: -mean(surrogate_loss),
+                VF_LOSS_KEY: mean(vf_loss_clipped) if critic else vf_loss_clipped,
+                LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean(vf_loss) if critic else vf_loss,
+                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(batch[Postprocessing.VALUE_TARGETS],
+                                                                         value_fn_out),
+                ENTROPY_KEY: mean(curr_entropy),
+                LEARNER_RESULTS_KL_KEY: mean_kl_loss,
+            },
+            key=module_id,
+            window=1,  # as RLlib's: single values, not reduced over time
+        )
     return total_loss

@@ -75,6 +75,28 @@ def test_loss_gradients_and_statistics_equal_rllibs(env, training, masked):
         assert ours_value == pytest.approx(theirs_value, rel=1e-5, abs=1e-6), key
 
 
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("training", [{}, {"use_critic": False, "use_gae": False}], ids=["defaults", "no-critic"])
+def test_statistics_are_logged_for_an_updates_last_minibatch_only(env, training):
+    config, learner = _learner(env, **training)
+    batch = _batch(env)
+    last_loss, last_grads, stats = _loss_and_stats(ppo_loss, learner, config, batch)
+    assert stats  # is_last_minibatch defaults to True: outside the update loop every call logs, as RLlib's
+    learner.is_last_minibatch = False  # what UpdateLoopMixin sets for every minibatch but an update's last
+    try:
+        learner.metrics = MetricsLogger()
+        module = learner.module[DEFAULT_MODULE_ID]
+        module.zero_grad(set_to_none=True)
+        loss = ppo_loss(learner, DEFAULT_MODULE_ID, config, batch, module.forward_train(batch))
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+        assert learner.metrics.peek() == {}
+    finally:
+        learner.is_last_minibatch = True
+    assert torch.equal(loss.detach(), last_loss) and grads.keys() == last_grads.keys()
+    assert all(torch.equal(grads[name], grad) for name, grad in last_grads.items())
+
+
 def test_masked_mean_selects_leading_axes_as_indexing_does():
     mask = torch.tensor([[True, False, True], [False, True, True]])
     x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
