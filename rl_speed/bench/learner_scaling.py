@@ -182,12 +182,16 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             preset = _load(PRESETS[name])
             batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
             plan = [(k, seen) for k in counts for seen in gpus_seen]
+
+            def configured(k: int) -> Any:
+                return _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
+
             runs: dict[tuple[int, str], list[dict]] = {key: [] for key in plan}
             failed: dict[tuple[int, str], str] = {}
             for k, seen in interleaved(plan, repeats):  # A, B, C, A, B, C, ...: drift hits every row alike
                 if (k, seen) in failed:
                     continue
-                config = _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
+                config = configured(k)
                 try:
                     with learners_seeing(seen):
                         runs[(k, seen)].append(timed_run(config, seconds, warmup,
@@ -201,7 +205,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                     continue
                 result = median_run(runs[(k, seen)])
                 if profile:
-                    calls = -(-batch // k // preset.minibatch_size) * preset.num_epochs
+                    config = configured(k)
+                    calls = -(-config.train_batch_size_per_learner // config.minibatch_size) * config.num_epochs
                     profile_rows.append(profile_row(k, seen, calls, result))
                 learner_s = learner_seconds(result)
                 iteration_s = float(np.median(result["iteration_s"]))
