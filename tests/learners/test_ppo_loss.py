@@ -48,7 +48,7 @@ def _loss_and_stats(fn, learner, config, batch):
     loss = fn(learner, DEFAULT_MODULE_ID, config, batch, module.forward_train(batch))
     loss.backward()
     grads = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
-    return loss.detach(), grads, learner.metrics.peek(DEFAULT_MODULE_ID)
+    return loss.detach(), grads, learner.metrics.peek().get(DEFAULT_MODULE_ID, {})
 
 
 def _rllib(learner, module_id, config, batch, fwd_out):
@@ -84,16 +84,11 @@ def test_statistics_are_logged_for_an_updates_last_minibatch_only(env, training)
     assert stats  # is_last_minibatch defaults to True: outside the update loop every call logs, as RLlib's
     learner.is_last_minibatch = False  # what UpdateLoopMixin sets for every minibatch but an update's last
     try:
-        learner.metrics = MetricsLogger()
-        module = learner.module[DEFAULT_MODULE_ID]
-        module.zero_grad(set_to_none=True)
-        loss = ppo_loss(learner, DEFAULT_MODULE_ID, config, batch, module.forward_train(batch))
-        loss.backward()
-        grads = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
-        assert learner.metrics.peek() == {}
+        loss, grads, stats = _loss_and_stats(ppo_loss, learner, config, batch)
+        assert stats == {} and learner.metrics.peek() == {}
     finally:
         learner.is_last_minibatch = True
-    assert torch.equal(loss.detach(), last_loss) and grads.keys() == last_grads.keys()
+    assert torch.equal(loss, last_loss) and grads.keys() == last_grads.keys()
     assert all(torch.equal(grads[name], grad) for name, grad in last_grads.items())
 
 
