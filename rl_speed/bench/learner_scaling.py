@@ -221,7 +221,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             sections += [
                 f"#### {name}: `{PRESETS[name].name}`, {runners} runners x {preset.num_envs_per_env_runner} lanes x "
                 f"{preset.rollout_fragment_length} steps = {batch:,} agent steps per iteration, minibatch "
-                f"{preset.minibatch_size:,} per learner",
+                f"{' / '.join(f'{configured(k).minibatch_size:,}' for k in counts)} per learner (at {counts} learners)",
                 "",
                 "| learners | GPUs each learner sees | agent steps/s end to end | learner time per iteration (share) "
                 "| per learner: fetch + advantages / minibatch loop (fastest-slowest) | learner steps/s "
