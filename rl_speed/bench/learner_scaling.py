@@ -182,19 +182,16 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             preset = _load(PRESETS[name])
             batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
             plan = [(k, seen) for k in counts for seen in gpus_seen]
-
-            def configured(k: int) -> Any:
-                return _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
-
+            configs = {k: _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
+                       for k in counts}
             runs: dict[tuple[int, str], list[dict]] = {key: [] for key in plan}
             failed: dict[tuple[int, str], str] = {}
             for k, seen in interleaved(plan, repeats):  # A, B, C, A, B, C, ...: drift hits every row alike
                 if (k, seen) in failed:
                     continue
-                config = configured(k)
                 try:
                     with learners_seeing(seen):
-                        runs[(k, seen)].append(timed_run(config, seconds, warmup,
+                        runs[(k, seen)].append(timed_run(configs[k].copy(copy_frozen=False), seconds, warmup,
                                                          after=profiled_iteration if profile else None))
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
                     failed[(k, seen)] = f"failed: {type(e).__name__}: {str(e)[:300]}"
@@ -205,7 +202,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                     continue
                 result = median_run(runs[(k, seen)])
                 if profile:
-                    config = configured(k)
+                    config = configs[k]
                     calls = -(-config.train_batch_size_per_learner // config.minibatch_size) * config.num_epochs
                     profile_rows.append(profile_row(k, seen, calls, result))
                 learner_s = learner_seconds(result)
@@ -221,7 +218,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             sections += [
                 f"#### {name}: `{PRESETS[name].name}`, {runners} runners x {preset.num_envs_per_env_runner} lanes x "
                 f"{preset.rollout_fragment_length} steps = {batch:,} agent steps per iteration, minibatch "
-                f"{' / '.join(f'{configured(k).minibatch_size:,}' for k in counts)} per learner (at {counts} learners)",
+                f"{' / '.join(f'{configs[k].minibatch_size:,}' for k in counts)} per learner (at {counts} learners)",
                 "",
                 "| learners | GPUs each learner sees | agent steps/s end to end | learner time per iteration (share) "
                 "| per learner: fetch + advantages / minibatch loop (fastest-slowest) | learner steps/s "

@@ -63,7 +63,6 @@ def test_learners_seeing_sets_ray_trains_switch_only_while_building(monkeypatch)
     assert os.environ[SHARE_GPUS_ENV] == "1"
 
 
-
 def test_repeats_below_one_are_refused_before_ray_starts():
     with pytest.raises(ValueError, match="`repeats` must be >= 1, got 0"):
         run(0, device="cpu", presets=("grid arena",))
