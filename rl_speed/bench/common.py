@@ -62,6 +62,7 @@ def train_rate(config: Any, iterations: int, warmup: int = 1, agents_per_step: i
     step moves every agent)."""
     algo = config.build_algo()
     try:
+        prepared = before(algo) if before is not None else None
         for _ in range(warmup):
             result = algo.train()
         before = result["env_runners"]["num_env_steps_sampled_lifetime"]
@@ -92,15 +93,18 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any], Any] | None = None) -> dict:
+def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any], Any] | None = None,
+              before: Callable[[Any], Any] | None = None) -> dict:
     """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
     (RLlib's agent-step keys, so a multi-agent env step counts its agents), each iteration's ``rl_speed_profile`` and
     wall time, each iteration's ``sampler`` counters, and the finite ``episode_return_mean`` values seen.
-    ``after(algo)``, if given, runs after the timed iterations (outside the timing); its value is ``"after"``."""
+    ``before(algo)``, if given, runs once the algorithm is built, before the warm-up; ``after(algo)`` after the timed
+    iterations (outside the timing). Their values are ``"before"`` and ``"after"``."""
     import numpy as np
 
     algo = config.build_algo()
     try:
+        prepared = before(algo) if before is not None else None
         for _ in range(warmup):
             result = algo.train()
         start_steps = agent_steps(result)
@@ -117,9 +121,19 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
         steps = agent_steps(result) - start_steps
         return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "samplers": samplers,
                 "iteration_s": iteration_s, "iterations": len(profiles),
-                "after": after(algo) if after is not None else None}
+                "before": prepared, "after": after(algo) if after is not None else None}
     finally:
         algo.stop()
+
+
+def remote_values(results: Any) -> list:
+    """The return values of a ``foreach_learner`` / ``foreach_env_runner`` call, raising the first actor's error."""
+    out = []
+    for result in results:
+        if not result.ok:
+            raise result.get()
+        out.append(result.get())
+    return out
 
 
 def interleaved(plan: list, repeats: int) -> list:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
+from rl_speed.bench.common import remote_values
+
 #: One profiler per learner in this process (each learner actor is its own process; a local learner shares the
 #: driver's), keyed by ``id(learner)``: started and stopped by two remote calls.
 _RUNNING: dict[int, tuple[Any, float]] = {}
@@ -61,12 +63,18 @@ def stop(learner: Any) -> dict:
 
 def summarize(events: Iterable[Any], window_s: float) -> dict:
     """The figures of the module docstring from ``torch.profiler`` events (``name``, ``device_type``, ``time_range``
-    in microseconds)."""
+    in microseconds, ``is_user_annotation``)."""
     from torch.autograd import DeviceType
 
     device, host = [], []
     for event in events:
-        (host if event.device_type == DeviceType.CPU else device).append(event)
+        if event.device_type == DeviceType.CPU:
+            host.append(event)
+        elif not getattr(event, "is_user_annotation", False):
+            # A device-side user annotation (``record_function`` ranges such as DDP's ``nccl:all_reduce``) spans the
+            # kernels it names, idle gaps included: counting it would add each NCCL kernel twice and call gaps busy.
+            # torch's own device-time totals skip them too.
+            device.append(event)
     intervals = sorted((e.time_range.start, e.time_range.end) for e in device)
     busy_us, end = 0.0, float("-inf")
     for lo, hi in intervals:  # the union: overlapping streams (compute and NCCL) count once
@@ -88,19 +96,9 @@ def summarize(events: Iterable[Any], window_s: float) -> dict:
 def profile_one_iteration(algo: Any) -> list[dict]:
     """One ``algo.train()`` with every learner profiled; each learner's :func:`summarize`, in learner order."""
     group = algo.learner_group
-    _values(group.foreach_learner(start))
+    remote_values(group.foreach_learner(start))
     try:
         algo.train()
     finally:
-        summaries = _values(group.foreach_learner(stop))
+        summaries = remote_values(group.foreach_learner(stop))
     return summaries
-
-
-def _values(results: Any) -> list:
-    """The return values of a ``foreach_learner`` call, raising the first learner's error."""
-    out = []
-    for result in results:
-        if not result.ok:
-            raise result.get()
-        out.append(result.get())
-    return out

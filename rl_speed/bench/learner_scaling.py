@@ -39,6 +39,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from rl_speed.bench import core_pinning
 from rl_speed.bench.common import (interleaved, learner_seconds, machine, median_of, median_run, rate_range,
                                    timed_run, usable_cpus)
 
@@ -130,14 +131,16 @@ def learner_counts(gpus: int) -> list[int]:
 def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: int = 3,
         presets: tuple[str, ...] | None = None, runners: int | None = None, cpus_per_learner: int = 1,
         learners: tuple[int, ...] | None = None, gpus_seen: tuple[str, ...] = ("own",),
-        overrides: dict | None = None, profile: bool = False) -> str:
+        overrides: dict | None = None, profile: bool = False, pin_cores: bool = False) -> str:
     """``repeats``: runs per row, interleaved in rounds (:func:`interleaved`); each row reports the median run
     (:func:`median_run`) and the range of the end-to-end rate. ``cpus_per_learner`` (GPU learners): CPUs Ray
     reserves for each learner actor, taken from the runners when ``runners`` is not given (a learner whose update is
     bound by its CPU thread may starve beside busy runners). ``learners``: the learner counts to run (default 1, 2,
     4, 8 up to the host's GPUs); efficiencies are against the first. ``gpus_seen`` and ``overrides``: see the module
     docstring. ``profile``: after each row's timed run, one more iteration with every learner under
-    ``torch.profiler`` (:mod:`rl_speed.bench.learner_profile`), reported in a second table per preset."""
+    ``torch.profiler`` (:mod:`rl_speed.bench.learner_profile`), reported in a second table per preset.
+    ``pin_cores``: each learner actor on a physical core of its own, the runners on the others
+    (:mod:`rl_speed.bench.core_pinning`)."""
     import ray
 
     import rl_speed
@@ -163,6 +166,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
     unknown = [key for key in overrides or {} if not hasattr(_load(PRESETS["grid arena"]), key)]
     if unknown:
         raise ValueError(f"learner_scaling.run: `overrides` names unknown config keys {unknown}.")
+    if pin_cores and len(core_pinning.physical_cores()) <= counts[-1]:
+        raise ValueError(f"learner_scaling.run: `pin_cores` needs a physical core per learner ({counts[-1]}) and one "
+                         f"more for the runners; this process may use {len(core_pinning.physical_cores())}.")
     per_learner = cpus_per_learner if device == "cuda" else 1  # CPU learners keep one core each (_scaled)
     learner_cpus = counts[-1] * per_learner
     if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count
@@ -192,7 +198,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 try:
                     with learners_seeing(seen):
                         runs[(k, seen)].append(timed_run(configs[k].copy(copy_frozen=False), seconds, warmup,
-                                                         after=profiled_iteration if profile else None))
+                                                         after=profiled_iteration if profile else None,
+                                                         before=core_pinning.pin_cores if pin_cores else None))
                 except Exception as e:  # report, do not hide, a configuration that fails on this host
                     failed[(k, seen)] = f"failed: {type(e).__name__}: {str(e)[:300]}"
             rows, profile_rows, base = [], [], None
@@ -245,7 +252,9 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         "",
         f"Command: `rl-speed bench learner-scaling --device {device}` · machine: {machine()}, {gpus} GPU(s) · "
         f"CPUs usable: {cpus} · CPUs per learner: {per_learner} · date: "
-        f"{time.strftime('%Y-%m-%d')} · overrides: {overrides or 'none'} · each row over {seconds:.0f} s after "
+        f"{time.strftime('%Y-%m-%d')} · overrides: {overrides or 'none'} · "
+        f"{'each learner pinned to a physical core of its own, the runners to the rest' if pin_cores else 'unpinned'}"
+        f" · each row over {seconds:.0f} s after "
         f"{warmup} warm-up iterations, {repeats} run(s) per row in interleaved rounds, the median run shown; "
         "learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = rate(k) / (k x rate(1)).",
         "",

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_speed.bench.common import machine, usable_cpus
+from rl_speed.bench.core_pinning import physical_cores
 from rl_speed.bench.race import (EpisodeJudge, JudgeFiles, Task, judged_id, race_chart, reached, sb3_learn,
                                  task_section)
 
@@ -159,15 +160,7 @@ def section(directory: str, charts: str | None = None) -> str:
 
 def cpu_groups(k: int) -> list[list[int]]:
     """This process's CPUs split into ``k`` equal groups, hyperthread siblings kept together."""
-    cpus = sorted(os.sched_getaffinity(0))
-
-    def core(cpu: int) -> str:
-        try:
-            return Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
-        except OSError:
-            return str(cpu)
-
-    ordered = sorted(cpus, key=lambda c: (min(int(x) for x in core(c).replace("-", ",").split(",")), c))
+    ordered = [cpu for core in physical_cores() for cpu in core]
     size = len(ordered) // k
     return [ordered[i * size:(i + 1) * size] for i in range(k)]
 

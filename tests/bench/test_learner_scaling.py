@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from rl_speed.bench import core_pinning
 from rl_speed.bench.learner_scaling import PRESETS, _load, _scaled, learner_counts, run
 
 
@@ -28,6 +29,12 @@ def test_scaled_config_splits_one_batch_over_the_learners(learners):
 def test_cpus_per_learner_below_one_is_refused_before_ray_starts():
     with pytest.raises(ValueError, match="`cpus_per_learner` must be >= 1, got 0"):
         run(device="cpu", presets=("grid arena",), cpus_per_learner=0)
+
+
+def test_pinning_more_learners_than_cores_allow_is_refused_before_ray_starts(monkeypatch):
+    monkeypatch.setattr(core_pinning, "physical_cores", lambda: [[0], [1]])
+    with pytest.raises(ValueError, match=r"`pin_cores` needs a physical core per learner \(2\) and one more"):
+        run(device="cpu", presets=("grid arena",), learners=(1, 2), pin_cores=True)
 
 
 def test_learner_counts_below_one_are_refused_before_ray_starts():
