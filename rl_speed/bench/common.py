@@ -62,7 +62,6 @@ def train_rate(config: Any, iterations: int, warmup: int = 1, agents_per_step: i
     step moves every agent)."""
     algo = config.build_algo()
     try:
-        prepared = before(algo) if before is not None else None
         for _ in range(warmup):
             result = algo.train()
         before = result["env_runners"]["num_env_steps_sampled_lifetime"]

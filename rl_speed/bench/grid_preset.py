@@ -50,13 +50,16 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
         from ray.rllib.algorithms.ppo import PPOConfig
 
         mlp = {"fcnet_hiddens": [256, 256], "head_fcnet_hiddens": []}
-        feed_forward = copy.deepcopy(preset)
+        # RLlib's default encoders take float vectors: the MLP rows get the same values as float32 (`flat`), not
+        # the preset's uint8 planes.
+        flat = dict(preset.env_config, observation="flat")
+        feed_forward = copy.deepcopy(preset).environment(env_config=flat)
         feed_forward._rl_module_spec = None  # back to RLlib's default PPO module
         feed_forward.rl_module(model_config=mlp).framework(torch_compile_learner=False)
         feed_forward_sync = copy.deepcopy(feed_forward).training(async_sampling=False)
         maps = preset.num_envs_per_env_runner // 24
         stock = (PPOConfig()
-                 .environment("rl_speed/GridArena-v0", env_config=dict(preset.env_config))
+                 .environment("rl_speed/GridArena-v0", env_config=flat)
                  .env_runners(num_env_runners=runners, num_envs_per_env_runner=maps, gym_env_vectorize_mode="sync")
                  .training(train_batch_size_per_learner=batch, minibatch_size=preset.minibatch_size, num_epochs=1,
                            lr=preset.lr)

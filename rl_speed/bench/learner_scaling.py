@@ -123,6 +123,12 @@ def profile_row(k: int, seen: str, calls: int, result: dict) -> str:
             f"{spread('launches')} | {spread('host_sync_s', ' s')} | {spread('ops')} |")
 
 
+def efficiency(rate: float, k: int, first_k: int, first_rate: float) -> float:
+    """Scaling efficiency of ``rate`` at ``k`` learners against the first row run (``first_k`` learners):
+    ``rate(k) / (k x rate(1))``, with rate(1) the first row's rate per learner."""
+    return rate / k / (first_rate / first_k)
+
+
 def learner_counts(gpus: int) -> list[int]:
     """1, 2, 4, 8, ... up to ``gpus``."""
     return [k for k in (1, 2, 4, 8) if k <= max(1, gpus)]
@@ -215,12 +221,13 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 learner_s = learner_seconds(result)
                 iteration_s = float(np.median(result["iteration_s"]))
                 learner_rate = batch / learner_s
-                base = base or (learner_rate, result["rate"])
+                base = base or (k, learner_rate, result["rate"])
                 rows.append(f"| {k} | {seen} | {result['rate']:,.0f}{rate_range(runs[(k, seen)])} | "
                             f"{learner_s:.3f} s of "
                             f"{iteration_s:.3f} s ({learner_s / iteration_s:.0%}) | {per_learner_spread(result)} | "
                             f"{learner_rate:,.0f} | "
-                            f"{learner_rate / (k * base[0]):.0%} | {result['rate'] / (k * base[1]):.0%} | "
+                            f"{efficiency(learner_rate, k, base[0], base[1]):.0%} | "
+                            f"{efficiency(result['rate'], k, base[0], base[2]):.0%} | "
                             f"{result['iterations']} |")
             sections += [
                 f"#### {name}: `{PRESETS[name].name}`, {runners} runners x {preset.num_envs_per_env_runner} lanes x "
@@ -256,7 +263,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
         f"{'each learner pinned to a physical core of its own, the runners to the rest' if pin_cores else 'unpinned'}"
         f" · each row over {seconds:.0f} s after "
         f"{warmup} warm-up iterations, {repeats} run(s) per row in interleaved rounds, the median run shown; "
-        "learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = rate(k) / (k x rate(1)).",
+        "learner time = learn + advantages seconds of rl_speed_profile (median); efficiency = rate(k) / (k x rate(1)), "
+        "with rate(1) the first row's rate per learner where it has more than one.",
         "",
         *sections,
         *[f"- {note}" for note in skipped],

@@ -1,10 +1,41 @@
-"""bench.common's helpers for repeated runs: interleaved rounds and the median run."""
+"""bench.common's helpers: a timed training run (its hooks included) on a real algorithm, interleaved rounds and the
+median run."""
 
 from __future__ import annotations
 
 import pytest
 
-from rl_speed.bench.common import interleaved, median_run, rate_range
+from rl_speed.bench.common import interleaved, median_run, rate_range, timed_run, train_rate
+
+
+def _cartpole():
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+
+    return (FastPPOConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=16)
+            .rl_module(model_config={"fcnet_hiddens": [8], "head_fcnet_hiddens": []})
+            .training(train_batch_size_per_learner=64, minibatch_size=64, num_epochs=1))
+
+
+def test_train_rate_counts_the_steps_after_the_warm_up(ray_session):
+    rate, result = train_rate(_cartpole(), iterations=2, warmup=1)
+    assert rate > 0 and result["training_iteration"] == 3  # the rate is read after the warm-up iteration
+
+
+def test_timed_run_calls_its_hooks_once_each_around_the_timed_iterations(ray_session):
+    calls = []
+
+    def before(algo):
+        calls.append(("before", algo.iteration))
+        return "prepared"
+
+    def after(algo):
+        calls.append(("after", algo.iteration))
+        return "profiled"
+
+    run = timed_run(_cartpole(), seconds=0.5, warmup=1, before=before, after=after)
+    assert run["before"] == "prepared" and run["after"] == "profiled" and run["rate"] > 0
+    assert calls == [("before", 0), ("after", 1 + run["iterations"])]
 
 
 def test_rounds_interleave_the_plan():

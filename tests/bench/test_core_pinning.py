@@ -35,7 +35,8 @@ def test_the_learner_gets_a_core_of_its_own_and_the_runner_the_rest(ray_session)
         assert placed == {"learners": [cores[0]], "runners": rest}
         # Read back from the processes themselves, every thread of them (inline: a test module's function does not
         # unpickle in a Ray worker).
-        threads = lambda _actor: {tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")}  # noqa: E731
+        threads = lambda _actor: {tuple(sorted(os.sched_getaffinity(int(tid))))  # noqa: E731
+                                  for tid in os.listdir("/proc/self/task")}
         (learner_threads,) = [r.get() for r in algo.learner_group.foreach_learner(threads)]
         assert learner_threads == {tuple(cores[0])}
         (runner_threads,) = algo.env_runner_group.foreach_env_runner(threads, local_env_runner=False)

@@ -8,7 +8,14 @@ import os
 import pytest
 
 from rl_speed.bench import core_pinning
-from rl_speed.bench.learner_scaling import PRESETS, _load, _scaled, learner_counts, run
+from rl_speed.bench.learner_scaling import PRESETS, _load, _scaled, efficiency, learner_counts, run
+
+
+def test_efficiency_is_against_the_first_rows_rate_per_learner():
+    assert efficiency(300.0, 4, 1, 100.0) == pytest.approx(0.75)
+    # A table whose first row has 4 learners (its own base, 100%), and 8 learners at 1.5x its rate: 75%.
+    assert efficiency(400.0, 4, 4, 400.0) == pytest.approx(1.0)
+    assert efficiency(600.0, 8, 4, 400.0) == pytest.approx(0.75)
 
 
 def test_learner_counts_double_up_to_the_gpus():
