@@ -24,7 +24,8 @@ GPU (Ray's ``get_devices`` picks it by its GPU id). ``overrides``: config keys s
 ``{"torch_compile_learner": false}``, or ``{"learner_config_dict": {"ppo_loss": "rllib"}}`` for RLlib's PPO loss).
 ``profile=True`` adds, per row, one iteration with every learner under ``torch.profiler``: its device-busy and NCCL
 time, kernels, launches, host syncs and ops (:mod:`rl_speed.bench.learner_profile`), to tell a learner that waits
-for its host thread or for the other learners from one that computes.
+for its host thread or for the other learners from one that computes. ``pin_cores=True`` gives each learner actor a
+physical core of its own and the runners the others (:mod:`rl_speed.bench.core_pinning`).
 
 Run on the device with ``rl-speed bench learner-scaling --device cuda``.
 """
