@@ -8,8 +8,8 @@ minibatch, so it runs at the pace of the CPU it gets; unpinned, the OS puts it b
 its hyperthread sibling). Ray reserves CPUs only as scheduling counts; it does not place processes on cores.
 
 :func:`pin_cores` sets the affinity of every thread of each learner and runner process (threads started later
-inherit it). The driver and Ray's own processes stay unpinned. One host only: the core map is the driver's. Used by :func:`rl_speed.bench.learner_scaling.run`
-(``pin_cores=True``).
+inherit it). The driver and Ray's own processes stay unpinned. One host only: the core map is the driver's. Used by
+:func:`rl_speed.bench.learner_scaling.run` (``pin_cores=True``).
 """
 
 from __future__ import annotations

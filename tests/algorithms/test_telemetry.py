@@ -30,20 +30,18 @@ def test_the_lock_is_real_only_with_parallel_evaluation(parallel):
 def test_with_the_lock_new_keys_logged_during_compiles_never_break_them():
     algo = _Algo(parallel=True)
     lock_metrics_for_parallel_evaluation(algo)
-    stop = threading.Event()
 
     def evaluation_thread() -> None:  # as RLlib's evaluation logs into the same logger, new keys included
-        i = 0
-        while not stop.is_set():
+        for i in range(2000):  # bounded: a compile walks every key, so an endless writer made this test quadratic
             algo.metrics.log_value(("evaluation", f"key_{i}"), float(i), window=1)
-            i += 1
 
     writer = threading.Thread(target=evaluation_thread)
     writer.start()
+    compiles = 0
     try:
-        for _ in range(300):
+        while writer.is_alive() or compiles < 20:  # without the lock the first compile beside the writer fails
             algo.metrics.compile()
+            compiles += 1
     finally:
-        stop.set()
         writer.join()
     assert len(algo.metrics.compile()["evaluation"]) > 0
