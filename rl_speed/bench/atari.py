@@ -25,11 +25,16 @@ TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 PRESETS = {"PPO": TUNED / "atari_ppo_gpu.yaml", "DQN": TUNED / "atari_dqn_gpu.yaml"}
 
 
-def preset(algo: str, device: str = "cuda", cpus: int | None = None) -> tuple[str, Any]:
-    """The first experiment of ``PRESETS[algo]``: its name and a mutable config; off the GPU, shrunk to ``cpus``."""
+def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str = "pong") -> tuple[str, Any]:
+    """The experiment of ``PRESETS[algo]`` for ``game`` (its ``env_config``'s): its name and a mutable config; off the
+    GPU, shrunk to ``cpus``."""
     from rl_speed.cli.experiment_file import load_experiments
 
-    experiment = load_experiments(PRESETS[algo])[0]
+    experiments = load_experiments(PRESETS[algo])
+    games = [e.config.env_config.get("game") for e in experiments]
+    if game not in games:
+        raise ValueError(f"atari.preset: {PRESETS[algo].name} has no experiment for game {game!r}; it has {games}.")
+    experiment = experiments[games.index(game)]
     config = experiment.config.copy(copy_frozen=False)
     if device != "cuda":  # fewer cores: fewer runners, the same per-runner size; replay in host memory
         runners = max(1, min(config.num_env_runners, (cpus or usable_cpus()) - 1))

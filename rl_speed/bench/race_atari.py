@@ -1,4 +1,4 @@
-"""Time to a Pong score on a GPU box: FastPPO and FastDQN (their GPU presets) vs stock RLlib PPO / DQN vs
+"""Time to a Pong (or Breakout) score on a GPU box: FastPPO and FastDQN (their GPU presets) vs stock RLlib PPO / DQN vs
 Stable-Baselines3 PPO / DQN, one judge for all (:mod:`rl_speed.bench.race`'s, logging through :class:`JudgeFiles`, since
 the RLlib contenders' env runners are Ray actors).
 
@@ -19,11 +19,14 @@ Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing
   copy every 10k steps, epsilon 1 -> 0.1 over the first 1M steps, the Nature CNN Q-network).
 
 Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
-games reaches 18. Each contender runs in its own process (``python -m rl_speed.bench.race_atari contender ...``) for
-at most ``max_seconds``. :func:`run` queues every (seed, contender) run and starts each on a free slot: on a host
-with several GPUs a slot is one GPU and an equal share of the CPUs (hyperthread siblings together), so runs go side
-by side and the next starts when one ends (a contender that reaches the target frees its slot early); elsewhere one
-slot, one run after another. Every run has a slot of the same size, whichever contender or seed it is.
+games reaches 18. ``--game breakout`` races the same contenders on Breakout (:data:`GAMES`): the presets' Breakout
+experiments, whole games of five lives, target 100 (those experiments' own stop value), the same rl-zoo settings for
+SB3 (rl-zoo's ``atari`` entry covers every game). A directory holds one game's runs. Each contender runs in its own
+process (``python -m rl_speed.bench.race_atari contender ...``) for at most ``max_seconds``. :func:`run` queues
+every (seed, contender) run and starts each on a free slot: on a host with several GPUs a slot is one GPU and an
+equal share of the CPUs (hyperthread siblings together), so runs go side by side and the next starts when one ends (a
+contender that reaches the target frees its slot early); elsewhere one slot, one run after another. Every run has a
+slot of the same size, whichever contender or seed it is.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ ATARI_DQN_ZOO = {"buffer_size": 1_000_000, "learning_rate": 1e-4, "batch_size": 
                  "exploration_final_eps": 0.1, "n_timesteps": 10_000_000}
 PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"},
             dqn_zoo=ATARI_DQN_ZOO)
+BREAKOUT = Task("rl_speed/Atari-v0", 100.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "breakout"},
+                dqn_zoo=ATARI_DQN_ZOO)
+#: The games raced, and what one episode's return is in each (the table's first line).
+GAMES = {"pong": PONG, "breakout": BREAKOUT}
+SCORES = {"pong": "returns are whole games (-21 to 21)",
+          "breakout": "returns are whole games (five lives, one point or more per brick)"}
 CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)", "DQN (ours)", "SB3 DQN (zoo)")
 SB3_CONTENDERS = ("SB3 PPO (zoo)", "SB3 DQN (zoo)")
 
@@ -60,18 +69,21 @@ def slug(contender: str) -> str:
     return contender.lower().replace(" ", "-").replace("(", "").replace(")", "")
 
 
-def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device: str) -> Any:
-    """The RLlib contenders: the presets of :mod:`rl_speed.bench.atari`, their env wrapped in the judge."""
+def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device: str, game: str = "pong") -> Any:
+    """The RLlib contenders: the presets of :mod:`rl_speed.bench.atari` for ``game``, their env wrapped in the
+    judge."""
     from rl_speed.bench.atari import preset, stock_config
 
-    _, config = preset("DQN" if "DQN" in contender else "PPO", device)
-    config.environment(judged_id(PONG.env_id, files), env_config=dict(PONG.env_config)).debugging(seed=seed)
+    task = GAMES[game]
+    _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
+    config.environment(judged_id(task.env_id, files), env_config=dict(task.env_config)).debugging(seed=seed)
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
         return stock_config(contender[:3], config).debugging(seed=seed)
     return config.env_runners(gym_env_vectorize_mode="vector_entry_point")
 
 
-def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, device: str) -> str | None:
+def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, device: str,
+            game: str = "pong") -> str | None:
     """SB3's PPO with :data:`ATARI_ZOO` or DQN with :data:`ATARI_DQN_ZOO` until the judge's target or
     ``max_seconds``; or why it did not run (SB3 not installed; the DQN's replay buffer, 2 x 26 GiB at rl-zoo's 1M
     transitions, refused by this machine's memory)."""
@@ -85,7 +97,8 @@ def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, de
     zoo = dict(ATARI_ZOO if contender == "SB3 PPO (zoo)" else ATARI_DQN_ZOO)
     timesteps, n_envs = zoo.pop("n_timesteps"), zoo.pop("n_envs", 1)
     EpisodeJudge.begin()
-    env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**PONG.env_config), files), n_envs=n_envs, seed=seed)
+    task = GAMES[game]
+    env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**task.env_config), files), n_envs=n_envs, seed=seed)
     if contender == "SB3 PPO (zoo)":
         lr, clip = zoo.pop("learning_rate"), zoo.pop("clip_range")
         model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
@@ -96,21 +109,24 @@ def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, de
         except MemoryError as e:  # SB3 allocates the whole buffer up front
             env.close()
             return f"its replay buffer of {zoo['buffer_size']:,} transitions does not fit this machine's memory ({e})"
-    sb3_learn(model, env, timesteps, PONG, max_seconds, files)
+    sb3_learn(model, env, timesteps, task, max_seconds, files)
     return None
 
 
-def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda") -> None:
-    """One contender, one seed: the judge's files and ``meta.json`` in ``directory/<contender>-seed<seed>``."""
+def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
+                  game: str = "pong") -> None:
+    """One contender, one seed, one game: the judge's files and ``meta.json`` in
+    ``directory/<contender>-seed<seed>``."""
     out = Path(directory) / f"{slug(contender)}-seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.csv"):  # a rerun replaces the previous run's log
         stale.unlink()
     files = JudgeFiles(str(out), time.monotonic())
-    meta: dict[str, Any] = {"contender": contender, "seed": seed, "max_seconds": max_seconds, "device": device,
+    meta: dict[str, Any] = {"contender": contender, "game": game, "seed": seed, "max_seconds": max_seconds,
+                            "device": device,
                             "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d")}
     if contender in SB3_CONTENDERS:
-        why = run_sb3(contender, files, seed, max_seconds, device)
+        why = run_sb3(contender, files, seed, max_seconds, device, game)
         meta["ran"] = why is None
         if why:
             meta["why"] = why
@@ -120,11 +136,11 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
                  include_dashboard=False, log_to_driver=False)
         try:
-            algo = rllib_contender_config(contender, files, seed, device).build_algo()
+            algo = rllib_contender_config(contender, files, seed, device, game).build_algo()
             result: dict = {}
             while time.monotonic() - files.start < max_seconds:
                 result = algo.train()
-                if reached(files.read(), PONG.target, PONG.window):
+                if reached(files.read(), GAMES[game].target, GAMES[game].window):
                     break
             meta["ran"] = True
             meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))
@@ -135,8 +151,20 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
+def directory_game(directory: str) -> str | None:
+    """The game of the runs in ``directory`` (runs from before the game was recorded are Pong's); None if it holds
+    none. Refuses a directory that mixes games: one table has one target."""
+    games = {json.loads(path.read_text()).get("game", "pong") for path in Path(directory).glob("*/meta.json")}
+    if len(games) > 1:
+        raise ValueError(f"race_atari: {directory} holds runs of several games {sorted(games)}; give each game its own "
+                         "directory.")
+    return games.pop() if games else None
+
+
 def section(directory: str, charts: str | None = None) -> str:
-    """The race table (and chart) from every contender run found in ``directory``."""
+    """The race table (and chart) from every contender run found in ``directory`` (one game's)."""
+    game = directory_game(directory) or "pong"
+    task = GAMES[game]
     results: dict[str, list] = {c: [] for c in CONTENDERS}
     metas = []
     for meta_path in sorted(Path(directory).glob("*/meta.json")):
@@ -147,11 +175,12 @@ def section(directory: str, charts: str | None = None) -> str:
     # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
     results = {c: logs for c, logs in results.items()
                if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
-    lines = ["Pong (`rl_speed/Atari-v0`, `game: pong`); returns are whole games (-21 to 21).",
-             task_section(PONG, results, "ppo / dqn")]
+    lines = [f"{game.capitalize()} (`{task.env_id}`, `game: {game}`); {SCORES[game]}.",
+             task_section(task, results, "ppo / dqn")]
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
     if charts:
-        lines.append(f"Chart: `{race_chart(PONG, 'ppo-dqn', results, charts)}`")
+        family = "ppo-dqn" if game == "pong" else f"{game}-ppo-dqn"  # Pong's chart keeps its name
+        lines.append(f"Chart: `{race_chart(task, family, results, charts)}`")
     caps = sorted({m["max_seconds"] for m in metas})
     lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "
                  + "; ".join(sorted({f"{m['machine']}, {m['cpus']} CPUs, {m['device']}" for m in metas})))
@@ -184,19 +213,25 @@ def run_pool(commands: list[list[str]], slots: list[tuple[dict, list[int]]], pol
 
 def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         directory: str = "results/bench/race_atari", charts: str | None = "results/bench",
-        contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0) -> str:
-    """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` (``rl-speed bench race-atari
-    --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after another; then
-    the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to its cores
-    (:func:`rl_speed.bench.atari.preset`), which says nothing about Pong scores."""
+        contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong") -> str:
+    """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
+    race-atari --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after
+    another; then the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to
+    its cores (:func:`rl_speed.bench.atari.preset`), which says nothing about scores. Refuses, before anything starts,
+    an unknown game or contender and a directory holding another game's runs."""
     import torch
 
     from rl_speed.registry import check_env_installed
 
-    check_env_installed(PONG.env_id)  # without the [atari] extra: its install command, before anything starts
+    if game not in GAMES:
+        raise ValueError(f"race_atari: unknown game {game!r}; choose from {list(GAMES)}.")
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
+    if Path(directory).is_dir() and directory_game(directory) not in (None, game):
+        raise ValueError(f"race_atari: {directory} holds {directory_game(directory)} runs; race {game} in another "
+                         "directory (one table has one target).")
+    check_env_installed(GAMES[game].env_id)  # without the [atari] extra: its install command, before anything starts
     jobs = [(seed, contender) for seed in range(first_seed, first_seed + repeats) for contender in contenders]
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     count = max(1, min(gpus, len(jobs)))
@@ -205,7 +240,8 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     else:
         slots = [({}, sorted(os.sched_getaffinity(0)))]
     run_pool([[sys.executable, "-m", "rl_speed.bench.race_atari", "contender", contender, "--seed", str(seed),
-               "--seconds", str(max_seconds), "--dir", directory, "--device", device] for seed, contender in jobs],
+               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game]
+              for seed, contender in jobs],
              slots)
     return section(directory, charts)
 
@@ -219,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--seconds", type=float, default=600.0)
     one.add_argument("--dir", default="results/bench/race_atari")
     one.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    one.add_argument("--game", choices=list(GAMES), default="pong")
     race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
     race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     race.add_argument("--first-seed", type=int, default=0)
@@ -227,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     race.add_argument("--dir", default="results/bench/race_atari")
     race.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     race.add_argument("--charts", default=None)
+    race.add_argument("--game", choices=list(GAMES), default="pong")
     table = commands.add_parser("section", help="print the table of the runs in a directory")
     table.add_argument("dir")
     table.add_argument("--charts", default=None)
@@ -235,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rl_speed.register()
     if args.command == "contender":
-        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device)
+        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
-                  args.first_seed))
+                  args.first_seed, args.game))
     else:
         print(section(args.dir, args.charts))
     return 0

@@ -43,3 +43,11 @@ def test_cpu_preset_shrinks_runners_and_replay():
     _, dqn = atari.preset("DQN", device="cpu", cpus=2)
     assert dqn.replay_buffer_config["storage_device"] == "cpu" and dqn.replay_buffer_config["capacity"] == 100_000
     assert atari.warmup_iterations("DQN", dqn) == 2 + 5  # 50,000 steps before learning, 10,000 per iteration
+
+
+def test_preset_picks_the_games_experiment_and_names_the_games_it_has():
+    name, breakout = atari.preset("DQN", device="cuda", game="breakout")
+    assert name == "breakout-fastdqn-gpu" and breakout.env_config["game"] == "breakout"
+    with pytest.raises(ValueError, match=r"atari_ppo_gpu.yaml has no experiment for game 'tennis'; it has \['pong', "
+                                         r"'breakout'\]"):
+        atari.preset("PPO", game="tennis")

@@ -1,4 +1,5 @@
-"""The Pong race: its contenders' configs, its table from the judge's files, the CPU split for side-by-side runs."""
+"""The Atari race (Pong, Breakout): its contenders' configs, its table from the judge's files, the CPU split for
+side-by-side runs."""
 
 from __future__ import annotations
 
@@ -13,15 +14,16 @@ from rl_speed.bench import race_atari
 from rl_speed.bench.race import JudgeFiles
 
 
-def _write_run(directory, contender, games, ran=True, why=None):
-    """A finished contender run as run_contender leaves it: the judge's CSV and meta.json."""
+def _write_run(directory, contender, games, ran=True, why=None, game=None):
+    """A finished contender run as run_contender leaves it: the judge's CSV and meta.json (without ``game``: as runs
+    recorded before the game was, which are Pong's)."""
     out = directory / f"{race_atari.slug(contender)}-seed0"
     out.mkdir()
     if games:
         (out / "77.csv").write_text("".join(f"{t},{steps},{ret}\n" for t, steps, ret in games))
     meta = {"contender": contender, "seed": 0, "max_seconds": 600.0, "ran": ran, "machine": "test box", "cpus": 16,
             "device": "cuda"}
-    (out / "meta.json").write_text(json.dumps(meta | ({"why": why} if why else {})))
+    (out / "meta.json").write_text(json.dumps(meta | ({"why": why} if why else {}) | ({"game": game} if game else {})))
 
 
 def test_section_reads_each_contenders_files(tmp_path):
@@ -39,6 +41,26 @@ def test_section_reads_each_contenders_files(tmp_path):
     # a run that says why it did not run: that reason, not a guess about extras
     assert "SB3 DQN (zoo)" not in rows and "- SB3 DQN (zoo), seed 0: not run: its replay buffer does not fit" in table
     assert "time cap 600 s" in table
+
+
+def test_a_breakout_directory_gets_breakouts_target_and_a_mixed_one_is_refused(tmp_path):
+    games = [(10.0 * i, 5000 * i, 120.0) for i in range(1, 21)]  # 20 games of 120: the target (100) at game 20
+    _write_run(tmp_path, "FastPPO (ours)", games, game="breakout")
+    table = race_atari.section(str(tmp_path))
+    assert table.startswith("Breakout (`rl_speed/Atari-v0`, `game: breakout`)") and "target 100" in table
+    assert "| FastPPO (ours) | 200.0 (200.0-200.0) s | 100,000" in table
+    _write_run(tmp_path, "PPO (ours)", games)  # no game recorded: a Pong run
+    with pytest.raises(ValueError, match=r"holds runs of several games \['breakout', 'pong'\]"):
+        race_atari.section(str(tmp_path))
+
+
+def test_a_race_into_another_games_directory_or_of_an_unknown_game_is_refused_before_it_starts(tmp_path):
+    _write_run(tmp_path, "PPO (ours)", [(1.0, 100, -21.0)])  # a Pong run
+    with pytest.raises(ValueError, match="holds pong runs; race breakout in another directory"):
+        race_atari.run(directory=str(tmp_path), game="breakout")
+    with pytest.raises(ValueError, match="unknown game 'tennis'"):
+        race_atari.run(directory=str(tmp_path / "new"), game="tennis")
+    assert not (tmp_path / "new").exists()
 
 
 def test_cpu_groups_split_this_process_cpus_evenly():
@@ -72,6 +94,10 @@ def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
     for key in ("training_intensity", "n_step", "target_network_update_freq", "lr", "num_env_runners",
                 "num_envs_per_env_runner", "train_batch_size_per_learner"):
         assert getattr(stock_dqn, key) == getattr(dqn, key), key
+    # Breakout: the presets' Breakout experiments, the same judged env with the game's env_config.
+    for contender in ("FastPPO (ours)", "DQN (ours)"):
+        breakout = race_atari.rllib_contender_config(contender, files, seed=3, device="cuda", game="breakout")
+        assert breakout.env == fast.env and breakout.env_config == {"game": "breakout"} and breakout.seed == 3
 
 
 def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
