@@ -124,6 +124,12 @@ def profile_row(k: int, seen: str, calls: int, result: dict) -> str:
             f"{spread('launches')} | {spread('host_sync_s', ' s')} | {spread('ops')} |")
 
 
+#: Keys that size a row (set by :func:`_scaled` from ``runners`` and ``learners``), which ``overrides`` may not set.
+#: (``minibatch_size`` may be overridden: the header and the profile read it from each row's config.)
+SIZING_KEYS = {"num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length", "train_batch_size_per_learner",
+               "num_learners", "num_gpus_per_learner", "num_cpus_per_learner"}
+
+
 def efficiency(rate: float, k: int, first_k: int, first_rate: float) -> float:
     """Scaling efficiency of ``rate`` at ``k`` learners against the first row run (``first_k`` learners):
     ``rate(k) / (k x rate(1))``, with rate(1) the first row's rate per learner."""
@@ -173,6 +179,10 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
     unknown = [key for key in overrides or {} if not hasattr(_load(PRESETS["grid arena"]), key)]
     if unknown:
         raise ValueError(f"learner_scaling.run: `overrides` names unknown config keys {unknown}.")
+    sizing = sorted(set(overrides or {}) & SIZING_KEYS)
+    if sizing:  # the rows' batch, learner rate and header are computed from the runners and the preset's sizes
+        raise ValueError(f"learner_scaling.run: `overrides` may not set {sizing}: each row's runners, learners and "
+                         "batch come from `runners` and `learners` (and the preset's lanes and fragment length).")
     if pin_cores and len(core_pinning.physical_cores()) <= counts[-1]:
         raise ValueError(f"learner_scaling.run: `pin_cores` needs a physical core per learner ({counts[-1]}) and one "
                          f"more for the runners; this process may use {len(core_pinning.physical_cores())}.")

@@ -62,6 +62,8 @@ def test_unknown_gpus_seen_and_override_keys_are_refused_before_ray_starts():
         run(device="cpu", presets=("grid arena",), gpus_seen=("mine",))
     with pytest.raises(ValueError, match=r"unknown config keys \['torch_compile_lerner'\]"):
         run(device="cpu", presets=("grid arena",), overrides={"torch_compile_lerner": False})
+    with pytest.raises(ValueError, match=r"may not set \['num_envs_per_env_runner'\]: each row's runners"):
+        run(device="cpu", presets=("grid arena",), overrides={"num_envs_per_env_runner": 96, "lr": 1e-4})
 
 
 def test_learners_seeing_sets_ray_trains_switch_only_while_building(monkeypatch):
