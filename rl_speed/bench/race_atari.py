@@ -151,10 +151,15 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
-def directory_game(directory: str) -> str | None:
-    """The game of the runs in ``directory`` (runs from before the game was recorded are Pong's); None if it holds
-    none. Refuses a directory that mixes games: one table has one target."""
-    games = {json.loads(path.read_text()).get("game", "pong") for path in Path(directory).glob("*/meta.json")}
+def directory_runs(directory: str) -> list[tuple[Path, dict]]:
+    """Every contender run in ``directory``: its folder and its ``meta.json``, in folder order."""
+    return [(path.parent, json.loads(path.read_text())) for path in sorted(Path(directory).glob("*/meta.json"))]
+
+
+def runs_game(runs: list[tuple[Path, dict]], directory: str) -> str | None:
+    """The game of ``runs`` (runs from before the game was recorded are Pong's); None if there are none. Refuses a
+    directory that mixes games: one table has one target."""
+    games = {meta.get("game", "pong") for _, meta in runs}
     if len(games) > 1:
         raise ValueError(f"race_atari: {directory} holds runs of several games {sorted(games)}; give each game its own "
                          "directory.")
@@ -163,15 +168,14 @@ def directory_game(directory: str) -> str | None:
 
 def section(directory: str, charts: str | None = None) -> str:
     """The race table (and chart) from every contender run found in ``directory`` (one game's)."""
-    game = directory_game(directory) or "pong"
+    runs = directory_runs(directory)
+    game = runs_game(runs, directory) or "pong"
     task = GAMES[game]
     results: dict[str, list] = {c: [] for c in CONTENDERS}
-    metas = []
-    for meta_path in sorted(Path(directory).glob("*/meta.json")):
-        meta = json.loads(meta_path.read_text())
-        metas.append(meta)
+    metas = [meta for _, meta in runs]
+    for folder, meta in runs:
         if meta.get("ran"):
-            results[meta["contender"]].append(JudgeFiles(str(meta_path.parent), 0.0).read())
+            results[meta["contender"]].append(JudgeFiles(str(folder), 0.0).read())
     # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
     results = {c: logs for c, logs in results.items()
                if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
@@ -228,9 +232,10 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
-    if Path(directory).is_dir() and directory_game(directory) not in (None, game):
-        raise ValueError(f"race_atari: {directory} holds {directory_game(directory)} runs; race {game} in another "
-                         "directory (one table has one target).")
+    held = runs_game(directory_runs(directory), directory)
+    if held not in (None, game):
+        raise ValueError(f"race_atari: {directory} holds {held} runs; race {game} in another directory (one table "
+                         "has one target).")
     check_env_installed(GAMES[game].env_id)  # without the [atari] extra: its install command, before anything starts
     jobs = [(seed, contender) for seed in range(first_seed, first_seed + repeats) for contender in contenders]
     gpus = torch.cuda.device_count() if device == "cuda" else 0
