@@ -215,9 +215,19 @@ def run_pool(commands: list[list[str]], slots: list[tuple[dict, list[int]]], pol
             time.sleep(poll_seconds)
 
 
+def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], seeds: range,
+                 missing_only: bool) -> list[tuple[int, str]]:
+    """The (seed, contender) runs to make, seed by seed; with ``missing_only``, less those ``runs`` finished (a
+    ``meta.json`` with ``ran``), so seeds accumulate over several sessions without rerunning any. A run stopped
+    before its ``meta.json`` was written, or one whose extra was missing, is made again."""
+    done = {(meta["seed"], meta["contender"]) for _, meta in runs if meta.get("ran")} if missing_only else set()
+    return [(seed, contender) for seed in seeds for contender in contenders if (seed, contender) not in done]
+
+
 def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         directory: str = "results/bench/race_atari", charts: str | None = "results/bench",
-        contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong") -> str:
+        contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong",
+        missing_only: bool = False) -> str:
     """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
     race-atari --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after
     another; then the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to
@@ -232,12 +242,13 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
-    held = runs_game(directory_runs(directory), directory)
+    runs = directory_runs(directory)
+    held = runs_game(runs, directory)
     if held not in (None, game):
         raise ValueError(f"race_atari: {directory} holds {held} runs; race {game} in another directory (one table "
                          "has one target).")
     check_env_installed(GAMES[game].env_id)  # without the [atari] extra: its install command, before anything starts
-    jobs = [(seed, contender) for seed in range(first_seed, first_seed + repeats) for contender in contenders]
+    jobs = pending_jobs(runs, contenders, range(first_seed, first_seed + repeats), missing_only)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     count = max(1, min(gpus, len(jobs)))
     if count > 1:
@@ -270,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     race.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     race.add_argument("--charts", default=None)
     race.add_argument("--game", choices=list(GAMES), default="pong")
+    race.add_argument("--missing-only", action="store_true",
+                      help="skip the (seed, contender) runs the directory already holds finished")
     table = commands.add_parser("section", help="print the table of the runs in a directory")
     table.add_argument("dir")
     table.add_argument("--charts", default=None)
@@ -281,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
-                  args.first_seed, args.game))
+                  args.first_seed, args.game, args.missing_only))
     else:
         print(section(args.dir, args.charts))
     return 0
