@@ -14,14 +14,14 @@ from rl_speed.bench import race_atari
 from rl_speed.bench.race import JudgeFiles
 
 
-def _write_run(directory, contender, games, ran=True, why=None, game=None):
+def _write_run(directory, contender, games, ran=True, why=None, game=None, seed=0):
     """A finished contender run as run_contender leaves it: the judge's CSV and meta.json (without ``game``: as runs
     recorded before the game was, which are Pong's)."""
-    out = directory / f"{race_atari.slug(contender)}-seed0"
+    out = directory / f"{race_atari.slug(contender)}-seed{seed}"
     out.mkdir()
     if games:
         (out / "77.csv").write_text("".join(f"{t},{steps},{ret}\n" for t, steps, ret in games))
-    meta = {"contender": contender, "seed": 0, "max_seconds": 600.0, "ran": ran, "machine": "test box", "cpus": 16,
+    meta = {"contender": contender, "seed": seed, "max_seconds": 600.0, "ran": ran, "machine": "test box", "cpus": 16,
             "device": "cuda"}
     (out / "meta.json").write_text(json.dumps(meta | ({"why": why} if why else {}) | ({"game": game} if game else {})))
 
@@ -171,3 +171,19 @@ def test_missing_only_queues_just_the_runs_the_directory_does_not_hold_finished(
         (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
     assert race_atari.pending_jobs(runs, contenders, range(0, 2), missing_only=False) == [
         (0, "FastPPO (ours)"), (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
+
+
+def test_a_contender_that_missed_on_some_seeds_also_gets_its_median_over_all_seeds(tmp_path):
+    """Hits at 100, 200 and 300 s and two misses: the hits' median is 200 s, all five seeds' is 300 s (a miss ranks
+    after every hit); with three misses of five the median over all seeds was not reached."""
+    def games_until(t_end, hit):
+        return [(t_end - 20 + i, 1000 * i, 19.0 if hit else -21.0) for i in range(20)]  # 20 games: one window
+
+    for seed, (t, hit) in enumerate([(100, True), (200, True), (300, True), (600, False), (600, False)]):
+        _write_run(tmp_path, "FastDQN (ours)", games_until(t, hit), seed=seed)
+    row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastDQN"))
+    assert "| 199.0 (99.0-299.0) s; all 5 seeds: median 299.0 s |" in row and "| 3/5 |" in row
+    _write_run(tmp_path, "FastDQN (ours)", games_until(600, False), seed=5)
+    _write_run(tmp_path, "FastDQN (ours)", games_until(600, False), seed=6)
+    row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastDQN"))
+    assert "all 7 seeds: median not reached" in row and "| 3/7 |" in row
