@@ -215,12 +215,14 @@ def run_pool(commands: list[list[str]], slots: list[tuple[dict, list[int]]], pol
             time.sleep(poll_seconds)
 
 
-def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], seeds: range,
+def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], seeds: range, max_seconds: float,
                  missing_only: bool) -> list[tuple[int, str]]:
     """The (seed, contender) runs to make, seed by seed; with ``missing_only``, less those ``runs`` finished (a
-    ``meta.json`` with ``ran``), so seeds accumulate over several sessions without rerunning any. A run stopped
-    before its ``meta.json`` was written, or one whose extra was missing, is made again."""
-    done = {(meta["seed"], meta["contender"]) for _, meta in runs if meta.get("ran")} if missing_only else set()
+    ``meta.json`` with ``ran``) under the same time cap, so seeds accumulate over several sessions without rerunning
+    any. A run stopped before its ``meta.json`` was written, one whose extra was missing, or one with another cap is
+    made again (and replaced)."""
+    done = {(meta["seed"], meta["contender"]) for _, meta in runs
+            if meta.get("ran") and meta["max_seconds"] == max_seconds} if missing_only else set()
     return [(seed, contender) for seed in seeds for contender in contenders if (seed, contender) not in done]
 
 
@@ -248,7 +250,7 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         raise ValueError(f"race_atari: {directory} holds {held} runs; race {game} in another directory (one table "
                          "has one target).")
     check_env_installed(GAMES[game].env_id)  # without the [atari] extra: its install command, before anything starts
-    jobs = pending_jobs(runs, contenders, range(first_seed, first_seed + repeats), missing_only)
+    jobs = pending_jobs(runs, contenders, range(first_seed, first_seed + repeats), max_seconds, missing_only)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     count = max(1, min(gpus, len(jobs)))
     if count > 1:

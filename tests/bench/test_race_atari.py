@@ -163,14 +163,16 @@ def test_an_unknown_contender_is_refused_before_anything_runs(tmp_path):
 
 
 def test_missing_only_queues_just_the_runs_the_directory_does_not_hold_finished(tmp_path):
-    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)])  # seed 0, finished
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)])  # seed 0, finished under a 600 s cap
     _write_run(tmp_path, "SB3 PPO (zoo)", [], ran=False)  # seed 0, its extra was missing: made again
     runs = race_atari.directory_runs(str(tmp_path))
     contenders = ("FastPPO (ours)", "SB3 PPO (zoo)")
-    assert race_atari.pending_jobs(runs, contenders, range(0, 2), missing_only=True) == [
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 600.0, missing_only=True) == [
         (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
-    assert race_atari.pending_jobs(runs, contenders, range(0, 2), missing_only=False) == [
-        (0, "FastPPO (ours)"), (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
+    everything = [(0, "FastPPO (ours)"), (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 600.0, missing_only=False) == everything
+    # a run under another time cap is not this race's: made again
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 300.0, missing_only=True) == everything
 
 
 def test_a_contender_that_missed_on_some_seeds_also_gets_its_median_over_all_seeds(tmp_path):
