@@ -43,6 +43,16 @@ def pin_this_process(cpus: list[int]) -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def split_cores(learners: int) -> tuple[list[list[int]], list[int]]:
+    """Physical cores ``0 .. learners - 1`` (one per learner) and the CPUs of all the others (the runners'). Refuses a
+    host with no core left for the runners."""
+    cores = physical_cores()
+    if len(cores) <= learners:
+        raise ValueError(f"core_pinning: `pin_cores` needs a physical core per learner ({learners}) and one more for "
+                         f"the runners; this process may use {len(cores)}.")
+    return cores[:learners], sorted(cpu for core in cores[learners:] for cpu in core)
+
+
 def _learner_rank() -> int:
     import torch.distributed as dist
 
@@ -53,16 +63,11 @@ def pin_cores(algo: Any) -> dict:
     """Learner ``rank`` gets physical core ``rank``; the env runners share the remaining cores. Returns the CPUs each
     got (``{"learners": [[...], ...], "runners": [...]}``). Refuses, before pinning anything, a host with no core left
     for the runners or an algorithm whose learners run in the driver's process."""
-    cores = physical_cores()
     group = algo.learner_group
     if group.is_local:
         raise ValueError("pin_cores: the learner runs in the driver's process (num_learners=0); pinning it would pin "
                          "the driver. Use num_learners >= 1.")
-    learners = len(group)
-    if len(cores) <= learners:
-        raise ValueError(f"pin_cores: {learners} learner(s) need a physical core each and the runners at least one "
-                         f"more; this process may use {len(cores)} core(s).")
-    own, rest = cores[:learners], sorted(cpu for core in cores[learners:] for cpu in core)
+    own, rest = split_cores(len(group))
 
     def pin_learner(_learner: Any) -> tuple[int, list[int]]:
         rank = _learner_rank()

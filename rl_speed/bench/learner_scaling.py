@@ -183,9 +183,8 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
     if sizing:  # the rows' batch, learner rate and header are computed from the runners and the preset's sizes
         raise ValueError(f"learner_scaling.run: `overrides` may not set {sizing}: each row's runners, learners and "
                          "batch come from `runners` and `learners` (and the preset's lanes and fragment length).")
-    if pin_cores and (cores := len(core_pinning.physical_cores())) <= counts[-1]:
-        raise ValueError(f"learner_scaling.run: `pin_cores` needs a physical core per learner ({counts[-1]}) and one "
-                         f"more for the runners; this process may use {cores}.")
+    if pin_cores:
+        core_pinning.split_cores(counts[-1])  # refuses a host too small for the largest row, before Ray starts
     per_learner = cpus_per_learner if device == "cuda" else 1  # CPU learners keep one core each (_scaled)
     learner_cpus = counts[-1] * per_learner
     if runners is None:  # every core not taken by a learner or the driver, as a multiple of the largest count

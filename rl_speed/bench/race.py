@@ -690,7 +690,8 @@ def task_section(task: Task, results: dict[str, list], family: str = "ppo") -> s
             f" ({len(logs) - len(means)} of {len(logs)} with fewer than {task.window} episodes)"
             if len(means) < len(logs) else "")
         if ok:
-            times = _summary([t for t, _ in ok], '.1f') + " s" + _all_seeds_median([t for t, _ in ok], len(logs))
+            hit_times = [t for t, _ in ok]
+            times = _summary(hit_times, '.1f') + " s" + _all_seeds_median(hit_times, len(logs))
             rows.append(f"| {contender} | {times} | "
                         f"{_summary([s for _, s in ok], ',.0f')} | {len(ok)}/{len(logs)} | {best} |")
         else:

@@ -137,10 +137,11 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
                  include_dashboard=False, log_to_driver=False)
         try:
             algo = rllib_contender_config(contender, files, seed, device, game).build_algo()
+            task = GAMES[game]
             result: dict = {}
             while time.monotonic() - files.start < max_seconds:
                 result = algo.train()
-                if reached(files.read(), GAMES[game].target, GAMES[game].window):
+                if reached(files.read(), task.target, task.window):
                     break
             meta["ran"] = True
             meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rl_speed.bench.core_pinning import physical_cores, pin_cores
+from rl_speed.bench.core_pinning import physical_cores, pin_cores, split_cores
 
 
 def test_physical_cores_cover_this_process_cpus_once():
@@ -53,3 +53,11 @@ def test_a_learner_in_the_driver_is_refused(ray_session):
             pin_cores(algo)
     finally:
         algo.stop()
+
+
+def test_split_cores_gives_each_learner_a_core_and_refuses_a_host_with_none_left_for_the_runners():
+    cores = physical_cores()
+    own, rest = split_cores(len(cores) - 1)
+    assert own == cores[:-1] and rest == sorted(cores[-1])
+    with pytest.raises(ValueError, match=rf"needs a physical core per learner \({len(cores)}\) and one more"):
+        split_cores(len(cores))
