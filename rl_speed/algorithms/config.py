@@ -271,8 +271,13 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
         return
     problems = []
     if not config.supports_cuda_graph:
-        problems.append("it is for FastDQN only: FastPPO's step has not been captured and checked on a GPU yet (its "
-                        "loss no longer syncs with the host, rl_speed/learners/ppo_loss.py, but capture is unverified)")
+        problems.append(f"{name}'s loss has not been made free of host syncs, which a captured step needs")
+    if config.is_multi_agent:
+        problems.append("several modules train one after another in the update loop, and one captured step holds "
+                        "every module's optimizer; capture is for a single module")
+    if (config.model_config or {}).get("use_lstm"):
+        problems.append("RLlib's LSTM (`model_config.use_lstm`) trains on padded sequences whose number changes with "
+                        "every batch, so no captured graph would be replayed; use `rl_module: recurrent`")
     if not config.num_gpus_per_learner:
         problems.append("it needs a CUDA learner (`num_gpus_per_learner: 1`)")
     if config.mixed_precision == "fp16":

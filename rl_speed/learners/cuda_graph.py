@@ -19,12 +19,14 @@ How (torch's "whole network capture" recipe):
   are issued again with copies of the graph's output tensors, which now hold this step's values. Calls with
   ``window=1`` (only the last value survives) are issued for the last minibatch of an ``update()`` only.
 
-FastDQN only. FastPPO's loss used to block capture (RLlib's masked means index by a boolean mask, a device-to-host
-sync); :mod:`rl_speed.learners.ppo_loss` removed those syncs, but FastPPO's step has not been captured and checked on a
-GPU, so its config still refuses ``cuda_graph``. What a replay cannot see, and the config therefore refuses
-(``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip
+FastDQN and FastPPO. RLlib's PPO loss blocks capture (its masked means index by a boolean mask, a device-to-host
+sync, and it builds a constant with ``torch.tensor``, a blocking copy); FastPPO's loss,
+:mod:`rl_speed.learners.ppo_loss`, does neither. PPO's KL coefficient is a device tensor that RLlib updates in place
+after each ``update()``, so a replay reads its current value. What a replay cannot see, and the config therefore
+refuses (``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip
 bookkeeping live in Python), a learning-rate or entropy schedule (the values are constants inside the captured
-kernels), several learners (the gradient all-reduce), and torch.compile modes that capture graphs themselves.
+kernels), several learners (the gradient all-reduce), several modules (one captured step holds every module's
+optimizer), RLlib's LSTM (a new padded shape every batch), and torch.compile modes that capture graphs themselves.
 Host-side state the step reads is frozen at capture; the step here reads none (the weights version used for the
 off-policyness metric is logged outside the graph). BatchNorm statistics, Adam's step count, the skipped-update
 counter and the target network (synced in place by ``load_state_dict``) are device tensors updated

@@ -7,6 +7,8 @@ kernels. That happens six times per minibatch, and FastPPO's columns always carr
 batch, masked). Under DDP each of these waits also waits for the other learners' all-reduce of the previous step.
 Here the masked mean is ``torch.where(mask, x, 0).sum() / num_valid``: the same value (summed in another order),
 shapes known without a sync, and masked rows' non-finite values are still kept out, as indexing keeps them out.
+No tensor is built from host data either (RLlib's builds constants with ``torch.tensor``: on a GPU a blocking copy,
+and one that a captured CUDA graph cannot hold), so FastPPO's whole step can be captured (``cuda_graph: true``).
 
 Everything else is RLlib's loss, term for term and key for key: the clipped surrogate, the KL term with the
 learner's current coefficient, the entropy bonus with its schedule, the clipped value loss and the logged
@@ -37,7 +39,7 @@ from ray.rllib.algorithms.ppo.ppo import (
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
-from ray.rllib.utils.torch_utils import explained_variance
+from ray.rllib.utils.numpy import SMALL_NUMBER
 
 
 #: ``learner_config_dict["ppo_loss"]`` values: this module's loss (the default) or RLlib's own method.
@@ -59,6 +61,16 @@ def masked_mean_fn(batch: dict) -> Callable[[torch.Tensor], torch.Tensor]:
     return masked_mean
 
 
+def explained_variance(y: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    """RLlib's ``explained_variance`` (``max(-1, 1 - var(y - pred) / var(y))``) without its host tensor: RLlib builds
+    the -1 bound with ``torch.tensor([-1.0]).to(device)``, a blocking host-to-device copy on a GPU, which a captured
+    CUDA graph cannot hold (:mod:`rl_speed.learners.cuda_graph`)."""
+    y = y.squeeze()
+    y_var = torch.var(y, dim=0)
+    diff_var = torch.var(y - pred.squeeze(), dim=0)
+    return torch.clamp(1 - diff_var / (y_var + SMALL_NUMBER), min=-1.0)
+
+
 def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
     """RLlib's PPO loss of ``module_id`` on ``batch`` (see the module docstring); logs what RLlib's logs, for the last
     minibatch of an ``update()`` call only (see the module docstring)."""
@@ -71,7 +83,7 @@ def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: di
     if config.use_kl_loss:
         mean_kl_loss = mean(prev_dist.kl(curr_dist))
     else:
-        mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
+        mean_kl_loss = torch.zeros((), device=logp_ratio.device)  # a fill kernel: no host data (see above)
     curr_entropy = curr_dist.entropy()
 
     advantages = batch[Postprocessing.ADVANTAGES]
@@ -82,7 +94,7 @@ def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: di
         vf_loss = torch.pow(value_fn_out - batch[Postprocessing.VALUE_TARGETS], 2.0)
         vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
     else:
-        value_fn_out = vf_loss = vf_loss_clipped = torch.tensor(0.0, device=surrogate_loss.device)
+        value_fn_out = vf_loss = vf_loss_clipped = torch.zeros((), device=surrogate_loss.device)
 
     entropy_coeff = learner.entropy_coeff_schedulers_per_module[module_id].get_current_value()
     total_loss = mean(-surrogate_loss + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * curr_entropy)

@@ -4,17 +4,21 @@ accumulation and compile, and bad settings fail at configuration time."""
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import TD_ERROR_KEY
 
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
 from rl_speed.algorithms.fast_ppo import FastPPOConfig
+from rl_speed.modules.recurrent import RecurrentActorCritic
 from rl_speed.learners.optimizer_step import NON_FINITE_SKIPPED
 
 FRAMES = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
@@ -133,8 +137,61 @@ def test_graph_composes_with_bf16_accumulation_and_compile(ray_session, training
     assert any(not torch.equal(p, before[k]) for k, p in config_learner.module[DEFAULT_MODULE_ID].named_parameters())
 
 
-def test_fast_ppo_refuses_cuda_graph_with_the_reason():
-    config = (FastPPOConfig().environment("CartPole-v1").training(cuda_graph=True)
-              .learners(num_gpus_per_learner=1))
-    with pytest.raises(ValueError, match="FastDQN only"):
+@pytest.mark.parametrize("change, needle", [
+    (lambda c: c.learners(num_gpus_per_learner=0), "needs a CUDA learner"),
+    (lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda agent, *args, **kwargs: "a"),
+     "capture is for a single module"),
+    (lambda c: c.rl_module(model_config={"use_lstm": True}), "use `rl_module: recurrent`"),
+])
+def test_fast_ppo_cuda_graph_refuses_what_a_replay_cannot_see(change, needle):
+    config = change(FastPPOConfig().environment("CartPole-v1").training(cuda_graph=True)
+                    .learners(num_gpus_per_learner=1))
+    with pytest.raises(ValueError, match="cuda_graph") as error:
         config.validate()
+    assert needle in str(error.value)
+
+
+def _ppo_algo(gpus=1, **training):
+    """FastPPO with rl_speed's LSTM module on a GPU learner (the grid preset's kind of step, small)."""
+    config = (FastPPOConfig()
+              .environment("rl_speed/CueCorridor-v0", env_config={"length": 5})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=64, rollout_fragment_length=32)
+              .training(train_batch_size_per_learner=2048, minibatch_size=512, num_epochs=2, lr=1e-3,
+                        bptt_horizon=16, entropy_coeff=0.01, **training)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentActorCritic),
+                         model_config={"fcnet_hiddens": [32], "lstm_cell_size": 32})
+              .learners(num_gpus_per_learner=gpus)
+              .debugging(seed=0))
+    return config.build_algo()
+
+
+def _ppo_update(algo, columns):
+    """One ``update()`` call as FastPPO's training step makes it, on a copy of ``columns``, with the minibatch
+    shuffle reseeded (both learners draw the same order)."""
+    torch.manual_seed(0)
+    steps = {"num_env_steps_sampled_lifetime": 2048, "num_agent_steps_sampled_lifetime": 2048}
+    (results,) = algo.learner_group.update(batch=[copy.deepcopy(columns)], minibatch_size=512, num_epochs=2,
+                                           shuffle_batch_per_epoch=True, timesteps=steps)
+    return results[DEFAULT_MODULE_ID]
+
+
+@cuda
+def test_fast_ppo_replayed_graph_trains_like_the_eager_step(ray_session, monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # the same LSTM kernels in both learners
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    eager, graphed = _ppo_algo(), _ppo_algo(cuda_graph=True)
+    try:
+        learners = [algo.learner_group._learner for algo in (eager, graphed)]
+        learners[1].module[DEFAULT_MODULE_ID].load_state_dict(learners[0].module[DEFAULT_MODULE_ID].state_dict())
+        for call in range(2):  # the second call reads the KL coefficient RLlib updated in place after the first
+            columns = eager.env_runner.sample_columns()  # one rollout, the same data for both learners
+            expected, ours = _ppo_update(eager, columns), _ppo_update(graphed, columns)
+            for key in ("total_loss", "policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var"):
+                assert ours[key].peek() == pytest.approx(expected[key].peek(), rel=1e-3, abs=1e-4), (call, key)
+            weights = learners[1].module[DEFAULT_MODULE_ID].state_dict()
+            for name, value in learners[0].module[DEFAULT_MODULE_ID].state_dict().items():
+                torch.testing.assert_close(weights[name], value, rtol=1e-3, atol=1e-4, msg=name)
+        assert learners[1]._step_graphs.replays == 16 - 3  # 2 calls x 2 epochs x 4 minibatches, 3 warm-up steps
+    finally:
+        eager.stop()
+        graphed.stop()

@@ -101,7 +101,9 @@ def test_masked_mean_selects_leading_axes_as_indexing_does():
 
 
 class _SyncingOps(TorchDispatchMode):
-    """Records the ops that make a CUDA device wait for the host: boolean indexing (a ``nonzero``), ``item()``."""
+    """Records the ops that make a CUDA device wait for the host: boolean indexing (a ``nonzero``), ``item()``, and
+    a tensor built from a host list (``torch.tensor([...])``: a blocking copy to a GPU, which a CUDA graph cannot
+    hold). A Python number becomes a 0-dim CPU tensor that CUDA kernels take as an argument, so it is not counted."""
 
     def __init__(self):
         super().__init__()
@@ -111,8 +113,9 @@ class _SyncingOps(TorchDispatchMode):
         name = str(func)
         bool_index = name == "aten.index.Tensor" and any(
             getattr(i, "dtype", None) == torch.bool for i in (args[1] or []) if i is not None)
-        if bool_index or name in ("aten.nonzero.default", "aten._local_scalar_dense.default",
-                                  "aten.masked_select.default"):
+        host_list = name == "aten.lift_fresh.default" and args[0].dim() > 0
+        if bool_index or host_list or name in ("aten.nonzero.default", "aten._local_scalar_dense.default",
+                                               "aten.masked_select.default"):
             self.seen.append(name)
         return func(*args, **(kwargs or {}))
 
