@@ -453,7 +453,10 @@ def run_sb3_dqn(task: Task, seed: int, max_seconds: float) -> list | None:
 
 
 def _summary(values: list[float], fmt: str) -> str:
-    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+    """Median (lowest-highest); "to" between the two where one is negative ("-19.05 to -15.60", not "-19.05--15.60")."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    joint = " to " if min(values) < 0 else "-"
+    return f"{format(statistics.median(values), fmt)} ({low}{joint}{high})"
 
 
 def _all_seeds_median(times: list[float], seeds: int) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from rl_speed.bench.race import WINDOW, EpisodeJudge, judged_id, permutation_p, reached
+from rl_speed.bench.race import WINDOW, EpisodeJudge, _summary, judged_id, permutation_p, reached
 
 
 def test_judge_logs_every_finished_episode_with_the_shared_step_count():
@@ -64,6 +64,11 @@ def test_ours_rows_are_fast_ppo_configs_that_carry_their_settings(task_name):
     assert config.vf_loss_coeff == settings.get("vf_loss_coeff", 0.5 if settings["sb3_loss"] else 1.0)
     assert config.env_config == task.env_config
     assert config.num_epochs == settings["epochs"] and config.lr == settings["lr"]
+
+
+def test_summary_reads_unambiguously_with_negative_values():
+    assert _summary([3.0, 1.0, 2.0], ".2f") == "2.00 (1.00-3.00)"
+    assert _summary([-19.05, -15.6, -17.32], ".2f") == "-17.32 (-19.05 to -15.60)"
 
 
 def test_permutation_p():
