@@ -412,8 +412,12 @@ def _to_device(array: np.ndarray, device: str | None, copy: bool = True) -> Any:
         return np.array(array, copy=copy)
     import torch
 
-    tensor = torch.as_tensor(np.ascontiguousarray(array), device=device)
-    return tensor.clone() if copy else tensor
+    array = np.ascontiguousarray(array)
+    if copy or not array.flags.writeable:
+        # One copy, straight to the device. A read-only array (a batch read from Ray's object store) must not be
+        # shared: torch warns that writing through such a tensor is undefined.
+        return torch.tensor(array, device=device)
+    return torch.as_tensor(array, device=device)
 
 
 def _to_numpy(value: Any) -> np.ndarray:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
 from rl_speed.buffers import BatchedReplayBuffer
+from rl_speed.buffers.replay import _to_device
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -43,3 +46,14 @@ def test_device_storage_samples_like_numpy_storage(device, prioritized):
         x = c[key].cpu().numpy() if isinstance(c[key], torch.Tensor) else c[key]
         y = d[key].cpu().numpy() if isinstance(d[key], torch.Tensor) else d[key]
         np.testing.assert_array_equal(x, y, err_msg=key)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_read_only_batch_is_copied_to_the_device_without_torchs_warning(device):
+    array = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    array.flags.writeable = False  # as a batch read from Ray's object store
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tensor = _to_device(array, device, copy=False)
+    assert tensor.dtype == torch.uint8 and np.array_equal(tensor.cpu().numpy(), array)
+    assert tensor.data_ptr() != array.ctypes.data  # not shared: writes through it could not reach the batch
