@@ -60,7 +60,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     on column batches, fused gradient clip + finiteness check)."""
 
     multi_agent_learners = True  # the learners agree on each module's minibatch count (rl_speed.learners.update_loop)
-    supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss; see rl_speed.learners.cuda_graph)
+    supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss, rl_speed.learners.cuda_graph)
 
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:
