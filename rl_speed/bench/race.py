@@ -207,6 +207,7 @@ class Task:
     dqn_ours: dict | None = None  # a tuned FastDQN example's settings (RLlib's names)
     window: int = WINDOW  # finished episodes in the judge's running mean (one round of every agent for the arena)
     sb3: bool = True  # False where SB3 has no form of the env (multi-agent)
+    returns: str = ""  # what one episode's return is, where a table says so (Atari: whole games)
 
 
 #: rl-zoo's DQN entries for CartPole-v1 ("almost tuned") and Acrobot-v1 ("tuned"): the same settings.

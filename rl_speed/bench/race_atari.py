@@ -54,13 +54,11 @@ ATARI_DQN_ZOO = {"buffer_size": 1_000_000, "learning_rate": 1e-4, "batch_size": 
                  "target_update_interval": 10_000, "train_freq": 4, "gradient_steps": 1, "exploration_fraction": 0.1,
                  "exploration_final_eps": 0.1, "n_timesteps": 10_000_000}
 PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"},
-            dqn_zoo=ATARI_DQN_ZOO)
+            dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (-21 to 21)")
 BREAKOUT = Task("rl_speed/Atari-v0", 100.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "breakout"},
-                dqn_zoo=ATARI_DQN_ZOO)
-#: The games raced, and what one episode's return is in each (the table's first line).
+                dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (five lives, one point or more per brick)")
+#: The games raced.
 GAMES = {"pong": PONG, "breakout": BREAKOUT}
-SCORES = {"pong": "returns are whole games (-21 to 21)",
-          "breakout": "returns are whole games (five lives, one point or more per brick)"}
 CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)", "DQN (ours)", "SB3 DQN (zoo)")
 SB3_CONTENDERS = ("SB3 PPO (zoo)", "SB3 DQN (zoo)")
 
@@ -180,7 +178,7 @@ def section(directory: str, charts: str | None = None) -> str:
     # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
     results = {c: logs for c, logs in results.items()
                if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
-    lines = [f"{game.capitalize()} (`{task.env_id}`, `game: {game}`); {SCORES[game]}.",
+    lines = [f"{game.capitalize()} (`{task.env_id}`, `game: {game}`); {task.returns}.",
              task_section(task, results, "ppo / dqn")]
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
     if charts:
