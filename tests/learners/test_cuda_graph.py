@@ -151,7 +151,7 @@ def test_fast_ppo_cuda_graph_refuses_what_a_replay_cannot_see(change, needle):
     assert needle in str(error.value)
 
 
-def _ppo_algo(gpus=1, **training):
+def _ppo_algo(**training):
     """FastPPO with rl_speed's LSTM module on a GPU learner (the grid preset's kind of step, small)."""
     config = (FastPPOConfig()
               .environment("rl_speed/CueCorridor-v0", env_config={"length": 5})
@@ -160,7 +160,7 @@ def _ppo_algo(gpus=1, **training):
                         bptt_horizon=16, entropy_coeff=0.01, **training)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentActorCritic),
                          model_config={"fcnet_hiddens": [32], "lstm_cell_size": 32})
-              .learners(num_gpus_per_learner=gpus)
+              .learners(num_gpus_per_learner=1)
               .debugging(seed=0))
     return config.build_algo()
 
