@@ -34,6 +34,9 @@ class ColumnarConfigMixin:
 
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
     supports_cuda_graph: bool = False
+    #: Whether a captured step may run on several learners: every learner then runs the same minibatch shapes in
+    #: lockstep (FastPPO's even batch split), since each step is one all-reduce (rl_speed.learners.gradient_all_reduce).
+    cuda_graph_learners: bool = False
     #: Whether multi-agent columns may train on several DDP learners (FastPPO: see rl_speed.learners.update_loop).
     multi_agent_learners: bool = False
 
@@ -288,8 +291,13 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
     entropy = getattr(config, "entropy_coeff", 0.0)
     if not isinstance(entropy, (int, float)):
         problems.append(f"the entropy coefficient must be a constant (got the schedule {entropy!r})")
-    if (config.num_learners or 0) > 1:
-        problems.append("several learners all-reduce gradients between processes; use `num_learners` 0 or 1")
+    if (config.num_learners or 0) > 1 and not config.cuda_graph_learners:
+        problems.append(f"{name}'s learners may sample minibatches of different shapes, and each captured step is "
+                        "one all-reduce among them; use `num_learners` 0 or 1")
+    if (config.num_learners or 0) > 1 and config.torch_ddp_kwargs:
+        problems.append(f"`torch_ddp_kwargs`={config.torch_ddp_kwargs!r}: on several learners a captured step "
+                        "averages the gradients itself instead of DDP (rl_speed.learners.gradient_all_reduce), so "
+                        "DDP's options would have no effect; leave `torch_ddp_kwargs` unset")
     if config.torch_compile_learner and config.torch_compile_learner_what_to_compile != "forward_train":
         problems.append("torch.compile of the complete update does not compose with it; compile `forward_train`")
     if config.torch_compile_learner and config.torch_compile_learner_dynamo_mode in (

@@ -61,6 +61,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
 
     multi_agent_learners = True  # the learners agree on each module's minibatch count (rl_speed.learners.update_loop)
     supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss, rl_speed.learners.cuda_graph)
+    cuda_graph_learners = True  # the batch splits evenly over the learners (checked in validate below)
 
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:

@@ -58,6 +58,7 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
                 f"{median_of(samplers, 'sample_s_min'):.2f}-{median_of(samplers, 'sample_s_max'):.2f} s | "
                 f"{median_of(samplers, 'requests_in_flight'):.0f} | {median_of(samplers, 'weights_lag_max'):.0f} | "
                 f"{result['iterations']} |")
+            print(rows[-1], file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps the rows made
     finally:
         if started:
             ray.shutdown()

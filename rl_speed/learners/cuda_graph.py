@@ -25,8 +25,9 @@ sync, and it builds a constant with ``torch.tensor``, a blocking copy); FastPPO'
 after each ``update()``, so a replay reads its current value. What a replay cannot see, and the config therefore
 refuses (``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip
 bookkeeping live in Python), a learning-rate or entropy schedule (the values are constants inside the captured
-kernels), several learners (the gradient all-reduce), several modules (one captured step holds every module's
-optimizer), RLlib's LSTM (a new padded shape every batch), and torch.compile modes that capture graphs themselves.
+kernels), several learners where their minibatch shapes may differ (FastDQN; FastPPO's learners step in lockstep
+and average their gradients in the step, :mod:`rl_speed.learners.gradient_all_reduce`), several modules (one
+captured step holds every module's optimizer), RLlib's LSTM (a new padded shape every batch), and torch.compile modes that capture graphs themselves.
 Host-side state the step reads is frozen at capture; the step here reads none (the weights version used for the
 off-policyness metric is logged outside the graph). BatchNorm statistics, Adam's step count, the skipped-update
 counter and the target network (synced in place by ``load_state_dict``) are device tensors updated

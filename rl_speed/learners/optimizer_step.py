@@ -18,7 +18,9 @@ composes with both keys.
 
 * ``cuda_graph: true`` (CUDA learners): the whole step above is captured once as a CUDA graph and replayed
   (:mod:`rl_speed.learners.cuda_graph`), which removes the per-step Python and launch cost that bounds small
-  models on a fast GPU. Composes with bf16, accumulation and compile of ``forward_train``.
+  models on a fast GPU. Composes with bf16, accumulation and compile of ``forward_train``. On several learners
+  their modules are not wrapped in DDP: the step averages the gradients itself, with one all-reduce a graph can hold
+  (:mod:`rl_speed.learners.gradient_all_reduce`).
 
 The fused update:
 
@@ -50,6 +52,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.framework import get_device
 
 from rl_speed.learners.cuda_graph import StepGraphs
+from rl_speed.learners.gradient_all_reduce import average_gradients, broadcast_from_first, check_no_running_statistics
 
 PRECISIONS = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 LOSS_SCALE_KEY = "fp16_loss_scale"
@@ -107,6 +110,18 @@ class OptimizerStepMixin:
                                  f"scaler; this learner runs on {self._device} with mixed_precision={mode!r}.")
             self._step_graphs = StepGraphs(self, self._train_step)
 
+    def _averages_gradients_in_step(self) -> bool:
+        """Several learners with a captured step: the step all-reduces the gradients, not DDP."""
+        return bool(getattr(self.config, "cuda_graph", False)) and self.config.num_learners > 1
+
+    @override(TorchLearner)
+    def _make_modules_ddp_if_necessary(self) -> None:
+        if not self._averages_gradients_in_step():
+            return super()._make_modules_ddp_if_necessary()  # type: ignore[misc]
+        for module_id in self._module.keys():
+            check_no_running_statistics(self._module[module_id], type(self).__name__)
+            broadcast_from_first(self._module[module_id])  # the same start on every learner, as DDP's constructor
+
     @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         params = self.get_parameters(self._module[module_id])
@@ -149,6 +164,8 @@ class OptimizerStepMixin:
                 (self._scaler.scale(total) if self._scaler is not None else total).backward()
             for module_id, loss in losses.items():
                 loss_per_module[module_id] = loss_per_module.get(module_id, 0.0) + loss.detach().float() * share
+        if self._averages_gradients_in_step():
+            average_gradients([p.grad for p in self._params.values() if p.grad is not None])
         if self._scaler is not None:
             for optim in self._optimizer_parameters:
                 self._scaler.unscale_(optim)  # before the clip; records inf/nan for scaler.update()
@@ -166,6 +183,16 @@ class OptimizerStepMixin:
     @override(TorchLearner)
     def set_state(self, state: dict) -> None:
         super().set_state(state)  # type: ignore[misc]
+        # A checkpoint brings its optimizer's param groups, `capturable` among them; a captured step needs it on
+        # (torch refuses to capture a non-capturable Adam), an eager one runs faster without. A capturable Adam
+        # keeps its step counts on the parameters' device (a foreach checkpoint's are on the CPU).
+        capturable = self._step_graphs is not None
+        for optimizer in self._optimizer_parameters:
+            for group in optimizer.param_groups:
+                group["capturable"] = capturable
+            for param, param_state in optimizer.state.items() if capturable else ():
+                if isinstance(param_state.get("step"), torch.Tensor):
+                    param_state["step"] = param_state["step"].to(param.device)
         if self._scaler is not None and GRAD_SCALER_STATE_KEY in state:
             self._scaler.load_state_dict(state[GRAD_SCALER_STATE_KEY])
 

@@ -18,6 +18,7 @@ from ray.rllib.utils.metrics import TD_ERROR_KEY
 
 from rl_speed.algorithms.fast_dqn import FastDQNConfig
 from rl_speed.algorithms.fast_ppo import FastPPOConfig
+from rl_speed.columns import split_lanes
 from rl_speed.modules.recurrent import RecurrentActorCritic
 from rl_speed.learners.optimizer_step import NON_FINITE_SKIPPED
 
@@ -151,16 +152,18 @@ def test_fast_ppo_cuda_graph_refuses_what_a_replay_cannot_see(change, needle):
     assert needle in str(error.value)
 
 
-def _ppo_algo(**training):
-    """FastPPO with rl_speed's LSTM module on a GPU learner (the grid preset's kind of step, small)."""
+def _ppo_algo(learners=0, **training):
+    """FastPPO with rl_speed's LSTM module on GPU learners (the grid preset's kind of step, small); on several
+    learners each gets an equal share of the same 2048 rows."""
+    shares = max(1, learners)
     config = (FastPPOConfig()
               .environment("rl_speed/CueCorridor-v0", env_config={"length": 5})
               .env_runners(num_env_runners=0, num_envs_per_env_runner=64, rollout_fragment_length=32)
-              .training(train_batch_size_per_learner=2048, minibatch_size=512, num_epochs=2, lr=1e-3,
-                        bptt_horizon=16, entropy_coeff=0.01, **training)
+              .training(train_batch_size_per_learner=2048 // shares, minibatch_size=512 // shares, num_epochs=2,
+                        lr=1e-3, bptt_horizon=16, entropy_coeff=0.01, **training)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentActorCritic),
                          model_config={"fcnet_hiddens": [32], "lstm_cell_size": 32})
-              .learners(num_gpus_per_learner=1)
+              .learners(num_learners=learners, num_gpus_per_learner=1)
               .debugging(seed=0))
     return config.build_algo()
 
@@ -195,3 +198,62 @@ def test_fast_ppo_replayed_graph_trains_like_the_eager_step(ray_session, monkeyp
     finally:
         eager.stop()
         graphed.stop()
+
+
+def test_fast_ppo_cuda_graph_on_several_learners_validates_and_refuses_ddp_options():
+    config = (FastPPOConfig().environment("CartPole-v1").training(cuda_graph=True)
+              .learners(num_learners=2, num_gpus_per_learner=1))
+    config.validate()  # the step averages the gradients itself (rl_speed.learners.gradient_all_reduce)
+    config = config.copy(copy_frozen=False).framework(torch_ddp_kwargs={"find_unused_parameters": True})
+    with pytest.raises(ValueError, match="torch_ddp_kwargs"):
+        config.validate()
+
+
+def _weights_of_each_learner(algo):
+    return [r.get()[DEFAULT_MODULE_ID] for r in algo.learner_group.foreach_learner(
+        lambda learner: {DEFAULT_MODULE_ID: {k: v.detach().cpu() for k, v in
+                                             learner.module[DEFAULT_MODULE_ID].state_dict().items()}})]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="two learners with a GPU each need two GPUs")
+def test_graph_on_two_learners_trains_like_ddp(ray_session):
+    """Two learners, one GPU each: the captured step with its own all-reduce against RLlib's DDP, eagerly, from the
+    same weights on the same rows; the two learners also stay equal to each other."""
+    steps = {"num_env_steps_sampled_lifetime": 2048, "num_agent_steps_sampled_lifetime": 2048}
+    weights, trained, replays = None, {}, []
+    for name, training in (("ddp", {}), ("graph", {"cuda_graph": True})):
+        algo = _ppo_algo(learners=2, **training)
+        try:
+            if weights is None:
+                weights, rollouts = algo.learner_group.get_weights(), [algo.env_runner.sample_columns()
+                                                                      for _ in range(2)]
+            algo.learner_group.set_weights(weights)
+            for columns in rollouts:
+                algo.learner_group.update(batches=split_lanes(copy.deepcopy(columns), 2), minibatch_size=256,
+                                          num_epochs=2, shuffle_batch_per_epoch=False, timesteps=steps)
+            trained[name] = _weights_of_each_learner(algo)
+            if training:
+                replays = [r.get() for r in algo.learner_group.foreach_learner(lambda l: l._step_graphs.replays)]
+        finally:
+            algo.stop()
+    assert replays == [16 - 3, 16 - 3]  # per learner: 2 calls x 2 epochs x 4 minibatches, 3 warm-up steps
+    first, second = trained["graph"]
+    for name, value in first.items():
+        torch.testing.assert_close(second[name], value, rtol=0, atol=0, msg=name)  # one all-reduce: equal
+        torch.testing.assert_close(value, trained["ddp"][0][name], rtol=1e-3, atol=1e-4, msg=name)
+    assert any(not torch.equal(first[k], torch.as_tensor(v).cpu()) for k, v in weights[DEFAULT_MODULE_ID].items())
+
+
+@cuda
+def test_graph_resumes_a_checkpoint_made_without_it(ray_session):
+    """A checkpoint's optimizer state brings `capturable=False`; the captured step needs it on."""
+    eager = _learner()
+    _train(eager, 2)
+    graphed = _learner(cuda_graph=True)
+    graphed.set_state(eager.get_state())
+    assert all(g["capturable"] for o in graphed._optimizer_parameters for g in o.param_groups)
+    _train(graphed, 3)
+    assert graphed._step_graphs.replays == 6 - 3
+    eager.set_state(graphed.get_state())  # and back: an eager learner runs without it
+    assert not any(g["capturable"] for o in eager._optimizer_parameters for g in o.param_groups)
+    _train(eager, 1)
