@@ -212,7 +212,7 @@ def test_fast_ppo_cuda_graph_on_several_learners_validates_and_refuses_ddp_optio
 def _weights_of_each_learner(algo):
     return [r.get()[DEFAULT_MODULE_ID] for r in algo.learner_group.foreach_learner(
         lambda learner: {DEFAULT_MODULE_ID: {k: v.detach().cpu() for k, v in
-                                             learner.module[DEFAULT_MODULE_ID].state_dict().items()}})]
+                                             learner.module[DEFAULT_MODULE_ID].unwrapped().state_dict().items()}})]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="two learners with a GPU each need two GPUs")
