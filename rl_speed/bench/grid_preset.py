@@ -41,8 +41,8 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
     # Fewer cores: fewer runners and a batch shrunk with them; the minibatch never exceeds the batch.
     preset.env_runners(num_env_runners=runners).training(train_batch_size_per_learner=batch,
                                                          minibatch_size=min(preset.minibatch_size, batch))
-    if device != "cuda":
-        preset.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False)
+    if device != "cuda":  # the preset's GPU-only keys off
+        preset.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False).training(cuda_graph=False)
     ray.init(address="local", num_cpus=cpus, num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
              log_to_driver=False)
     rows = []
@@ -55,7 +55,8 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
         flat = dict(preset.env_config, observation="flat")
         feed_forward = copy.deepcopy(preset).environment(env_config=flat)
         feed_forward._rl_module_spec = None  # back to RLlib's default PPO module
-        feed_forward.rl_module(model_config=mlp).framework(torch_compile_learner=False)
+        # The MLP rows run eagerly, as stock PPO does: RLlib's default module is not checked under capture on a GPU.
+        feed_forward.rl_module(model_config=mlp).framework(torch_compile_learner=False).training(cuda_graph=False)
         feed_forward_sync = copy.deepcopy(feed_forward).training(async_sampling=False)
         maps = preset.num_envs_per_env_runner // 24
         stock = (PPOConfig()

@@ -63,8 +63,8 @@ def _scaled(preset: Any, runners: int, learners: int, device: str, cpus_per_lear
         minibatch_size=min(preset.minibatch_size, batch // learners))
     if device == "cuda":
         return config.learners(num_learners=learners, num_gpus_per_learner=1, num_cpus_per_learner=cpus_per_learner)
-    return config.learners(num_learners=learners, num_gpus_per_learner=0,
-                           num_cpus_per_learner=1).framework(torch_compile_learner=False)
+    return config.learners(num_learners=learners, num_gpus_per_learner=0, num_cpus_per_learner=1).framework(
+        torch_compile_learner=False).training(cuda_graph=False)  # the preset's GPU-only keys off
 
 
 def per_learner_spread(result: dict) -> str:
