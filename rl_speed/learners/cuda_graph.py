@@ -27,7 +27,8 @@ refuses (``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, f
 bookkeeping live in Python), a learning-rate or entropy schedule (the values are constants inside the captured
 kernels), several learners where their minibatch shapes may differ (FastDQN; FastPPO's learners step in lockstep
 and average their gradients in the step, :mod:`rl_speed.learners.gradient_all_reduce`), several modules (one
-captured step holds every module's optimizer), RLlib's LSTM (a new padded shape every batch), and torch.compile modes that capture graphs themselves.
+captured step holds every module's optimizer), RLlib's LSTM (a new padded shape every batch), and torch.compile
+modes that capture graphs themselves.
 Host-side state the step reads is frozen at capture; the step here reads none (the weights version used for the
 off-policyness metric is logged outside the graph). BatchNorm statistics, Adam's step count, the skipped-update
 counter and the target network (synced in place by ``load_state_dict``) are device tensors updated

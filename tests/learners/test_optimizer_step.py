@@ -115,6 +115,20 @@ def test_grad_scaler_state_is_saved_and_restored_with_the_optimizer():
     assert GRAD_SCALER_STATE_KEY not in _learner().get_state()  # no scaler (fp32, bf16): nothing extra
 
 
+def test_a_restored_optimizer_takes_this_learners_capturable_setting():
+    """A checkpoint of a captured step's learner (capturable Adam) resumes eagerly: the param groups follow this
+    learner's `cuda_graph`, not the checkpoint's (the reverse, on a GPU: test_cuda_graph.py)."""
+    source = _learner()
+    _update(source, _batch())
+    for optimizer in source._optimizer_parameters:
+        for group in optimizer.param_groups:
+            group["capturable"] = True  # as a `cuda_graph` learner's checkpoint has it
+    restored = _learner()
+    restored.set_state(source.get_state())
+    assert not any(g["capturable"] for o in restored._optimizer_parameters for g in o.param_groups)
+    _update(restored, _batch(seed=1))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast with a grad scaler needs CUDA")
 def test_fp16_on_cuda_steps_close_to_fp32_and_skips_an_overflow(ray_session):  # (a GPU learner asks Ray for GPUs)
     config = (FastDQNConfig().environment("CartPole-v1").learners(num_gpus_per_learner=1)
