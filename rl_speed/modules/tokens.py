@@ -79,13 +79,20 @@ def token_features(presence: nn.Embedding, magnitude: nn.Embedding, obs: torch.T
     number of present tokens (see the module docstring)."""
     # Cut before widening the dtype: most of the N slots are empty, and the casts are the encoder's largest cost on
     # a runner's CPU. int32 indices: the tables have 65,536 rows, and int64 would double every cast's bytes.
-    n = _last_present_slot(obs) + 1
+    # Not while a CUDA graph is captured (`cuda_graph: true`): finding the last present slot reads a value back from
+    # the GPU, which a captured graph cannot do, and every replay must have the capture's shapes. Empty slots add
+    # exact zeros, so all N give the same features.
+    n = obs.shape[1] if _capturing(obs) else _last_present_slot(obs) + 1
     location, feature, value = obs[:, :n].unbind(-1)
     present = (location != EMPTY).float()
     index = (feature.int() * 256 + location.int()).reshape(-1)
     grid = (_TokenBagSum.apply(presence.weight, index, present.reshape(-1), n)
             + _TokenBagSum.apply(magnitude.weight, index, (value.float() * (present / 255.0)).reshape(-1), n))
     return grid / present.sum(1, keepdim=True).clamp(min=1.0)
+
+
+def _capturing(obs: torch.Tensor) -> bool:
+    return obs.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _last_present_slot(obs: torch.Tensor) -> int:

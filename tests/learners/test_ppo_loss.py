@@ -7,7 +7,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -100,46 +99,26 @@ def test_masked_mean_selects_leading_axes_as_indexing_does():
     torch.testing.assert_close(masked_mean_fn({Columns.LOSS_MASK: mask})(masked_inf), torch.sum(x[mask]) / mask.sum())
 
 
-class _SyncingOps(TorchDispatchMode):
-    """Records the ops that make a CUDA device wait for the host: boolean indexing (a ``nonzero``), ``item()``, and
-    a tensor built from a host list (``torch.tensor([...])``: a blocking copy to a GPU, which a CUDA graph cannot
-    hold). A Python number becomes a 0-dim CPU tensor that CUDA kernels take as an argument, so it is not counted."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        bool_index = name == "aten.index.Tensor" and any(
-            getattr(i, "dtype", None) == torch.bool for i in (args[1] or []) if i is not None)
-        host_list = name == "aten.lift_fresh.default" and args[0].dim() > 0
-        if bool_index or host_list or name in ("aten.nonzero.default", "aten._local_scalar_dense.default",
-                                               "aten.masked_select.default"):
-            self.seen.append(name)
-        return func(*args, **(kwargs or {}))
-
-
-def test_the_loss_and_its_backward_run_no_op_that_waits_for_the_device():
+def test_the_loss_and_its_backward_run_no_op_that_waits_for_the_device(syncing_ops):
     config, learner = _learner("CartPole-v1")
     batch = _batch("CartPole-v1")
     module = learner.module[DEFAULT_MODULE_ID]
-    with _SyncingOps() as ops:
+    with syncing_ops() as ops:
         ppo_loss(learner, DEFAULT_MODULE_ID, config, batch, module.forward_train(batch)).backward()
     assert ops.seen == []
-    with _SyncingOps() as ops:  # the probe sees RLlib's boolean indexing: it would catch ours
+    with syncing_ops() as ops:  # the probe sees RLlib's boolean indexing: it would catch ours
         _rllib(learner, DEFAULT_MODULE_ID, config, batch, module.forward_train(batch)).backward()
     assert len(ops.seen) >= 5
 
 
 @pytest.mark.parametrize("choice, syncs", [(None, False), ("sync_free", False), ("rllib", True)])
-def test_learner_config_dict_picks_the_loss(choice, syncs):
+def test_learner_config_dict_picks_the_loss(choice, syncs, syncing_ops):
     extra = {} if choice is None else {"learner_config_dict": {"ppo_loss": choice}}
     config = FastPPOConfig().environment("CartPole-v1").learners(**extra).debugging(seed=0)
     learner = config.build_learner(env=gym.make("CartPole-v1"))
     batch = _batch("CartPole-v1")
     module = learner.module[DEFAULT_MODULE_ID]
-    with _SyncingOps() as ops:
+    with syncing_ops() as ops:
         learner.compute_loss_for_module(module_id=DEFAULT_MODULE_ID, config=config, batch=batch,
                                         fwd_out=module.forward_train(batch)).backward()
     assert bool(ops.seen) == syncs

@@ -1,4 +1,5 @@
-"""TokenActorCritic: shapes, that cutting the empty token slots is exact, and the tables' gradients."""
+"""TokenActorCritic: shapes, that cutting the empty token slots is exact, the tables' gradients, and a forward and
+backward that a CUDA graph can capture."""
 
 from __future__ import annotations
 
@@ -122,3 +123,50 @@ def test_token_features_equal_the_sum_over_present_tokens():
         expected[b] /= max(len(rows), 1)
     with torch.no_grad():
         assert torch.allclose(token_features(net.presence, net.magnitude, obs), expected, atol=1e-5)
+
+
+def test_under_capture_every_slot_is_kept_and_nothing_waits_for_the_device(monkeypatch, syncing_ops):
+    """What a captured step runs (`cuda_graph: true`): no cut, so no read-back of the last present slot, and the same
+    features and gradients as the cut."""
+    torch.manual_seed(0)
+    net = module()
+    obs = tokens(4, 50, [3, 10, 0, 7])
+    cut = token_features(net.presence, net.magnitude, obs)
+    cut_grads = torch.autograd.grad(cut.square().sum(), [net.presence.weight, net.magnitude.weight])
+    monkeypatch.setattr("rl_speed.modules.tokens._capturing", lambda obs: True)
+    monkeypatch.setattr("rl_speed.modules.tokens._last_present_slot",
+                        lambda obs: pytest.fail("the last present slot was read back under capture"))
+    with syncing_ops() as ops:
+        whole = token_features(net.presence, net.magnitude, obs)
+        grads = torch.autograd.grad(whole.square().sum(), [net.presence.weight, net.magnitude.weight])
+    assert ops.seen == []
+    torch.testing.assert_close(whole, cut)
+    for ours, expected in zip(grads, cut_grads):
+        torch.testing.assert_close(ours, expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_forward_and_backward_are_captured_and_replayed_on_a_gpu():
+    torch.manual_seed(0)
+    net = module().cuda()
+    static = tokens(64, 50, [i % 50 for i in range(64)]).cuda()
+    params = [p for p in net.parameters()]
+
+    def step():
+        loss = net._forward({Columns.OBS: static})[Columns.ACTION_DIST_INPUTS].square().mean()
+        return torch.autograd.grad(loss, params)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up, eager (the cut runs here)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    new = tokens(64, 50, [(7 * i) % 50 for i in range(64)], seed=3).cuda()
+    static.copy_(new)
+    graph.replay()
+    for ours, expected in zip(captured, step()):  # the eager step on the same tokens, with the cut
+        torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
