@@ -84,6 +84,12 @@ def agent_steps(result: dict, agents_per_lane_step: int = 1) -> float:
     return float(runners["num_env_steps_sampled_lifetime"]) * agents_per_lane_step
 
 
+def gpu_keys_off(config: Any) -> Any:
+    """A GPU preset's config for CPU learners (in place, returned): no GPU, no torch.compile, no captured step
+    (``cuda_graph``, which needs a CUDA learner). The one list of a preset's GPU-only keys for every benchmark."""
+    return config.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False).training(cuda_graph=False)
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (``taskset`` / cgroup affinity), which ``os.cpu_count()`` ignores."""
     try:

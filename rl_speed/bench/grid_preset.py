@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rl_speed.bench.common import machine, train_rate
+from rl_speed.bench.common import gpu_keys_off, machine, train_rate
 
 PRESET = Path(__file__).parents[2] / "tuned_examples" / "grid_ppo_gpu.yaml"
 
@@ -41,8 +41,8 @@ def run(repeats: int = 1, iterations: int = 5, warmup: int = 2, device: str = "c
     # Fewer cores: fewer runners and a batch shrunk with them; the minibatch never exceeds the batch.
     preset.env_runners(num_env_runners=runners).training(train_batch_size_per_learner=batch,
                                                          minibatch_size=min(preset.minibatch_size, batch))
-    if device != "cuda":  # the preset's GPU-only keys off
-        preset.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False).training(cuda_graph=False)
+    if device != "cuda":
+        gpu_keys_off(preset)
     ray.init(address="local", num_cpus=cpus, num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
              log_to_driver=False)
     rows = []

@@ -41,8 +41,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from rl_speed.bench import core_pinning
-from rl_speed.bench.common import (interleaved, learner_seconds, machine, median_of, median_run, rate_range,
-                                   timed_run, usable_cpus)
+from rl_speed.bench.common import (gpu_keys_off, interleaved, learner_seconds, machine, median_of, median_run,
+                                   rate_range, timed_run, usable_cpus)
 
 TUNED = Path(__file__).resolve().parents[2] / "tuned_examples"
 PRESETS = {"MettaGrid": TUNED / "mettagrid_ppo_gpu.yaml", "grid arena": TUNED / "grid_ppo_gpu.yaml"}
@@ -63,8 +63,7 @@ def _scaled(preset: Any, runners: int, learners: int, device: str, cpus_per_lear
         minibatch_size=min(preset.minibatch_size, batch // learners))
     if device == "cuda":
         return config.learners(num_learners=learners, num_gpus_per_learner=1, num_cpus_per_learner=cpus_per_learner)
-    return config.learners(num_learners=learners, num_gpus_per_learner=0, num_cpus_per_learner=1).framework(
-        torch_compile_learner=False).training(cuda_graph=False)  # the preset's GPU-only keys off
+    return gpu_keys_off(config.learners(num_learners=learners, num_cpus_per_learner=1))
 
 
 def per_learner_spread(result: dict) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from rl_speed.bench.common import machine, median_rate
+from rl_speed.bench.common import gpu_keys_off, machine, median_rate
 
 EXAMPLES = Path(__file__).parents[2] / "tuned_examples"
 RUNNERS = (1, 4, 8, 14)
@@ -63,7 +63,7 @@ def run(repeats: int = 3, device: str = "cpu", iterations: int = 4) -> str:
                                 replay_buffer_config={**experiment.config.replay_buffer_config, "capacity": 100_000})
                       .reporting(min_sample_timesteps_per_iteration=400 * n))
             if device != "cuda":
-                config.learners(num_gpus_per_learner=0)
+                gpu_keys_off(config)
                 config.training(replay_buffer_config={**config.replay_buffer_config, "storage_device": None})
             rates, ratios, updates = [], [], []
             for _ in range(repeats):

@@ -1,11 +1,11 @@
-"""bench.common's helpers: a timed training run (its hooks included) on a real algorithm, interleaved rounds and the
-median run."""
+"""bench.common's helpers: a timed training run (its hooks included) on a real algorithm, interleaved rounds, the
+median run, and a GPU preset turned into a CPU config."""
 
 from __future__ import annotations
 
 import pytest
 
-from rl_speed.bench.common import interleaved, median_run, rate_range, timed_run, train_rate
+from rl_speed.bench.common import gpu_keys_off, interleaved, median_run, rate_range, timed_run, train_rate
 
 
 def _cartpole():
@@ -55,3 +55,17 @@ def test_the_mettagrid_bench_refuses_repeats_below_one_before_ray_starts():
 
     with pytest.raises(ValueError, match="`repeats` must be >= 1, got 0"):
         run(0)
+
+
+def test_a_gpu_preset_with_its_gpu_keys_off_validates_for_cpu_learners():
+    """The grid GPU preset (torch.compile, `cuda_graph`) on CPU learners: refused as it is, valid after the helper."""
+    from pathlib import Path
+
+    from rl_speed.cli.experiment_file import load_experiments
+
+    (experiment,) = load_experiments(Path(__file__).parents[2] / "tuned_examples" / "grid_ppo_gpu.yaml")
+    config = experiment.config.copy(copy_frozen=False)
+    with pytest.raises(ValueError, match="cuda_graph"):
+        config.copy(copy_frozen=False).learners(num_gpus_per_learner=0).validate()
+    gpu_keys_off(config).validate()
+    assert (config.num_gpus_per_learner, config.torch_compile_learner, config.cuda_graph) == (0, False, False)
