@@ -291,10 +291,11 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
     entropy = getattr(config, "entropy_coeff", 0.0)
     if not isinstance(entropy, (int, float)):
         problems.append(f"the entropy coefficient must be a constant (got the schedule {entropy!r})")
-    if (config.num_learners or 0) > 1 and not config.cuda_graph_learners:
+    several_learners = (config.num_learners or 0) > 1
+    if several_learners and not config.cuda_graph_learners:
         problems.append(f"{name}'s learners may sample minibatches of different shapes, and each captured step is "
                         "one all-reduce among them; use `num_learners` 0 or 1")
-    if (config.num_learners or 0) > 1 and config.torch_ddp_kwargs:
+    if several_learners and config.torch_ddp_kwargs:
         problems.append(f"`torch_ddp_kwargs`={config.torch_ddp_kwargs!r}: on several learners a captured step "
                         "averages the gradients itself instead of DDP (rl_speed.learners.gradient_all_reduce), so "
                         "DDP's options would have no effect; leave `torch_ddp_kwargs` unset")
