@@ -60,7 +60,7 @@ def train_rate(config: Any, iterations: int, warmup: int = 1, agents_per_step: i
     """Builds the algorithm, trains ``warmup`` iterations, then returns (env steps/s over the next ``iterations``
     iterations, the last result). ``agents_per_step`` turns env steps into agent steps (multi-agent envs whose env
     step moves every agent)."""
-    algo = config.build_algo()
+    algo = build_with_every_runner(config)
     try:
         for _ in range(warmup):
             result = algo.train()
@@ -98,6 +98,21 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def build_with_every_runner(config: Any) -> Any:
+    """``config.build_algo()``, refused if an env runner failed to start. RLlib's default
+    ``restart_failed_env_runners`` takes such a runner out of service and trains on without it, so the run would
+    sample with fewer runners than configured and its figures would not compare with runs that had them all."""
+    algo = config.build_algo()
+    group = algo.env_runner_group
+    wanted = algo.config.num_env_runners
+    started = group.num_healthy_remote_env_runners() if group is not None else 0
+    if started < wanted:
+        algo.stop()
+        raise RuntimeError(f"{started} of the {wanted} env runners configured started (the log above says why); a "
+                           "run with fewer runners does not compare with the others and is not kept. Run it again.")
+    return algo
+
+
 def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any], Any] | None = None,
               before: Callable[[Any], Any] | None = None) -> dict:
     """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
@@ -107,7 +122,7 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
     iterations (outside the timing). Their values are ``"before"`` and ``"after"``."""
     import numpy as np
 
-    algo = config.build_algo()
+    algo = build_with_every_runner(config)
     try:
         prepared = before(algo) if before is not None else None
         for _ in range(warmup):

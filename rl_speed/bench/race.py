@@ -53,7 +53,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from rl_speed.bench.common import machine
+from rl_speed.bench.common import build_with_every_runner, machine
 
 WINDOW = 20  # finished episodes in the judge's running mean
 
@@ -371,7 +371,7 @@ def rllib_config(algo: str, env_id: str, settings: dict, seed: int) -> Any:
 def run_rllib(algo: str, task: Task, settings: dict, seed: int, max_seconds: float, family: str = "ppo") -> list:
     EpisodeJudge.begin()
     make = rllib_dqn_config if family == "dqn" else rllib_config
-    built = make(algo, task.env_id, settings, seed).build_algo()
+    built = build_with_every_runner(make(algo, task.env_id, settings, seed))
     try:
         while EpisodeJudge.steps < task.max_steps and time.perf_counter() - EpisodeJudge.start < max_seconds:
             built.train()

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rl_speed.bench.common import machine, usable_cpus
+from rl_speed.bench.common import build_with_every_runner, machine, usable_cpus
 from rl_speed.bench.core_pinning import physical_cores
 from rl_speed.bench.race import (EpisodeJudge, JudgeFiles, Task, judged_id, race_chart, reached, sb3_learn,
                                  task_section)
@@ -134,7 +134,7 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
                  include_dashboard=False, log_to_driver=False)
         try:
-            algo = rllib_contender_config(contender, files, seed, device, game).build_algo()
+            algo = build_with_every_runner(rllib_contender_config(contender, files, seed, device, game))
             task = GAMES[game]
             result: dict = {}
             while time.monotonic() - files.start < max_seconds:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rl_speed.bench.common import gpu_keys_off, interleaved, median_run, rate_range, timed_run, train_rate
+from rl_speed.bench.common import (build_with_every_runner, gpu_keys_off, interleaved, median_run, rate_range,
+                                   timed_run, train_rate)
 
 
 def _cartpole():
@@ -69,3 +70,22 @@ def test_a_gpu_preset_with_its_gpu_keys_off_validates_for_cpu_learners():
         config.copy(copy_frozen=False).learners(num_gpus_per_learner=0).validate()
     gpu_keys_off(config).validate()
     assert (config.num_gpus_per_learner, config.torch_compile_learner, config.cuda_graph) == (0, False, False)
+
+
+def test_a_run_whose_env_runner_failed_to_start_is_refused_not_trained_with_fewer_runners(ray_session):
+    from ray.tune.registry import register_env
+
+    def _second_runner_cannot_make_its_env(env_config):  # local: pickled by value, so the workers need no tests/
+        import gymnasium as gym
+
+        if getattr(env_config, "worker_index", 0) == 2:  # the driver probes the env with a plain dict
+            raise RuntimeError("this runner's env cannot start")
+        return gym.make("CartPole-v1")
+
+    register_env("second_runner_fails", _second_runner_cannot_make_its_env)
+    config = (_cartpole().environment("second_runner_fails")
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2, num_cpus_per_env_runner=0.5))
+    with pytest.raises(RuntimeError, match="1 of the 2 env runners configured started"):
+        build_with_every_runner(config)
+    config = config.environment("CartPole-v1")
+    build_with_every_runner(config).stop()  # every runner started: built
