@@ -45,7 +45,7 @@ from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, s
 from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer, lock_metrics_for_parallel_evaluation
 from rl_speed.columns import concat_lanes, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
-from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, FastPPOTorchLearner
+from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, JOIN_TIME_KEY, FastPPOTorchLearner
 from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, PPO_LOSSES
 from rl_speed.learners.update_loop import UPDATES_TIME_KEY
 from rl_speed.modules.recurrent import RecurrentActorCritic
@@ -192,11 +192,12 @@ class FastPPO(PPO):
 
 
 def log_learner_spread(algo: Any, results: list[dict]) -> dict[str, float]:
-    """``rl_speed_profile/learner_{advantages,updates}_s_{min,max}``: the fastest and the slowest learner's seconds
-    for its batch fetch, join and advantages, and for its minibatch loop, in this update (several DDP learners wait
-    for the slowest at every all-reduce; with one learner min = max). Returns what it logged."""
+    """``rl_speed_profile/learner_{advantages,join,updates}_s_{min,max}``: the fastest and the slowest learner's
+    seconds for its batch fetch, join and advantages (``join``: the fetch and join alone), and for its minibatch
+    loop, in this update (several DDP learners wait for the slowest at every all-reduce; with one learner min = max).
+    Returns what it logged."""
     spread = {}
-    for name, key in (("advantages", ADVANTAGES_TIME_KEY), ("updates", UPDATES_TIME_KEY)):
+    for name, key in (("advantages", ADVANTAGES_TIME_KEY), ("join", JOIN_TIME_KEY), ("updates", UPDATES_TIME_KEY)):
         seconds = [_peek(r[ALL_MODULES][key]) for r in results if key in r.get(ALL_MODULES, {})]
         if seconds:
             spread |= {f"learner_{name}_s_min": min(seconds), f"learner_{name}_s_max": max(seconds)}

@@ -68,12 +68,15 @@ def _scaled(preset: Any, runners: int, learners: int, device: str, cpus_per_lear
 
 def per_learner_spread(result: dict) -> str:
     """The fastest and the slowest learner's seconds per update, medians over a :func:`timed_run`: batch fetch, join
-    and advantages, then the minibatch loop (``rl_speed_profile/learner_*_s_min`` / ``_max``). What the learner time
-    minus these leaves is the driver's side of the update call (Ray's calls, metrics)."""
+    and advantages (in brackets the fetch and join alone: reading the object store and copying to the device), then
+    the minibatch loop (``rl_speed_profile/learner_*_s_min`` / ``_max``). What the learner time minus these leaves is
+    the driver's side of the update call (Ray's calls, metrics)."""
     profiles = result["profiles"]
-    return (f"{median_of(profiles, 'learner_advantages_s_min'):.3f}-"
-            f"{median_of(profiles, 'learner_advantages_s_max'):.3f} s / "
-            f"{median_of(profiles, 'learner_updates_s_min'):.3f}-{median_of(profiles, 'learner_updates_s_max'):.3f} s")
+
+    def spread(name: str) -> str:
+        return f"{median_of(profiles, f'learner_{name}_s_min'):.3f}-{median_of(profiles, f'learner_{name}_s_max'):.3f}"
+
+    return f"{spread('advantages')} s (join {spread('join')} s) / {spread('updates')} s"
 
 
 #: Ray Train's switch for its GPU workers' CUDA_VISIBLE_DEVICES: 1 shows each worker every GPU of its node.
@@ -244,7 +247,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
                 f"{' / '.join(f'{configs[k].minibatch_size:,}' for k in counts)} per learner (at {counts} learners)",
                 "",
                 "| learners | GPUs each learner sees | agent steps/s end to end | learner time per iteration (share) "
-                "| per learner: fetch + advantages / minibatch loop (fastest-slowest) | learner steps/s "
+                "| per learner: fetch + advantages (join) / minibatch loop (fastest-slowest) | learner steps/s "
                 "| learner efficiency | end-to-end efficiency | iterations |",
                 "|---:|---|---:|---|---|---:|---:|---:|---:|",
                 *rows,

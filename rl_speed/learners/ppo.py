@@ -38,8 +38,12 @@ from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, ppo_loss
 from rl_speed.learners.sequences import EpisodeSequences
 from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
 
-#: Learner result key (under ``__all_modules__``): seconds spent on values + GAE in the last update call.
+#: Learner result key (under ``__all_modules__``): seconds spent joining the runners' batches on the device, then
+#: on values + GAE, in the last update call.
 ADVANTAGES_TIME_KEY = "advantages_time_s"
+#: Learner result key: the join's share of :data:`ADVANTAGES_TIME_KEY` (reading the batches from the object store
+#: and copying them to the device), apart from the values forward and GAE that follow.
+JOIN_TIME_KEY = "join_time_s"
 
 
 def to_device(x: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -91,6 +95,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
         start = time.perf_counter()
         columns = join_lanes_on_device(batches, self._device)
+        if self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)  # the copies are done, so the join's time is theirs
+        joined = time.perf_counter()
         if C.MODULE in columns:
             per_module = self.compute_multi_agent_advantages(columns)
         else:
@@ -99,6 +106,7 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)  # one sync per call, so the timing below means something
         self.metrics.log_value((ALL_MODULES, ADVANTAGES_TIME_KEY), time.perf_counter() - start, window=1)
+        self.metrics.log_value((ALL_MODULES, JOIN_TIME_KEY), joined - start, window=1)
         env_steps = C.num_env_steps(columns)
         out = []
         for module_id, flat in per_module.items():

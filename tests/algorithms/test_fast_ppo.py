@@ -160,10 +160,11 @@ def test_two_ddp_learners_get_one_lane_shard_each(ray_session, runners):
             assert "batches" in algo._training_data(batches[:1] * 3)  # 3 runners' batches do not split over 2
         result = algo.train()
         assert 0.8 * 256 <= result["env_runners"]["num_env_steps_sampled_lifetime"] <= 256
-        # each learner's fetch + advantages and minibatch loop, fastest and slowest of the two
+        # each learner's fetch + advantages (the fetch and join a part of it) and minibatch loop, fastest and slowest
         profile = result["rl_speed_profile"]
-        for phase in ("advantages", "updates"):
+        for phase in ("advantages", "join", "updates"):
             assert 0 < profile[f"learner_{phase}_s_min"] <= profile[f"learner_{phase}_s_max"] < 60, profile
+        assert profile["learner_join_s_max"] <= profile["learner_advantages_s_max"]
         assert profile["learner_updates_s_max"] <= profile["learn_s"] + profile["advantages_s"]
         trained = result["learners"]["__all_modules__"]["num_env_steps_trained"]
         assert trained == result["env_runners"]["num_env_steps_sampled"] * 2  # 2 epochs over every sampled step

@@ -52,9 +52,10 @@ def test_learner_counts_below_one_are_refused_before_ray_starts():
 def test_per_learner_spread_reads_the_profiles_medians():
     from rl_speed.bench.learner_scaling import per_learner_spread
 
-    profiles = [{"learner_advantages_s_min": a, "learner_advantages_s_max": 2 * a, "learner_updates_s_min": u,
-                 "learner_updates_s_max": u + 0.1} for a, u in ((0.01, 0.2), (0.02, 0.3), (0.03, 0.4))]
-    assert per_learner_spread({"profiles": profiles + [{}]}) == "0.020-0.040 s / 0.300-0.400 s"
+    profiles = [{"learner_advantages_s_min": a, "learner_advantages_s_max": 2 * a, "learner_join_s_min": a / 2,
+                 "learner_join_s_max": a, "learner_updates_s_min": u, "learner_updates_s_max": u + 0.1}
+                for a, u in ((0.01, 0.2), (0.02, 0.3), (0.03, 0.4))]
+    assert per_learner_spread({"profiles": profiles + [{}]}) == "0.020-0.040 s (join 0.010-0.020 s) / 0.300-0.400 s"
 
 
 def test_unknown_gpus_seen_and_override_keys_are_refused_before_ray_starts():
