@@ -27,7 +27,8 @@ time, kernels, launches, host syncs and ops (:mod:`rl_speed.bench.learner_profil
 for its host thread or for the other learners from one that computes. ``pin_cores=True`` gives each learner actor a
 physical core of its own and the runners the others (:mod:`rl_speed.bench.core_pinning`).
 
-Run on the device with ``rl-speed bench learner-scaling --device cuda``.
+Run on the device with ``rl-speed bench learner-scaling --device cuda`` (``--learners 1,4`` picks the counts,
+``--config '{"cuda_graph": false}'`` sets ``overrides``).
 """
 
 from __future__ import annotations

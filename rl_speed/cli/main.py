@@ -59,6 +59,10 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy, race-atari, allreduce)")
     bench.add_argument("--checkpoint", help="mario-policy, atari-policy: the checkpoint folder of a trained run to evaluate")
+    bench.add_argument("--config", help="learner-scaling: JSON dict of config keys set on every row, e.g. "
+                                        "'{\"cuda_graph\": false}'")
+    bench.add_argument("--learners", help="learner-scaling: the learner counts to run, e.g. 1,4 (default 1, 2, 4, 8 up "
+                                          "to the host's GPUs)")
     return parser
 
 
@@ -133,8 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         module, _, function = BENCHMARKS[args.name].partition(":")
         run = getattr(importlib.import_module(module), function or "run")
         kwargs = {"device": args.device} if args.device != "cpu" else {}
+        flags = {"device": "--device", "checkpoint": "--checkpoint", "overrides": "--config", "learners": "--learners"}
         if args.checkpoint:
             kwargs["checkpoint"] = args.checkpoint
+        try:
+            if args.config:
+                kwargs["overrides"] = parse_json_flag("--config", args.config)
+            if args.learners:
+                kwargs["learners"] = learner_counts_flag(args.learners)
+        except (ExperimentFileError, ValueError) as e:
+            print(str(e), file=sys.stderr)
+            return USAGE_ERROR
         accepted = inspect.signature(run).parameters
         # --output is where everything a benchmark writes goes: its charts and (the Pong race) its per-run logs
         if "charts" in accepted:
@@ -143,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["directory"] = os.path.join(args.output, args.name)
         for name in kwargs:
             if name not in accepted:  # a flag this benchmark has no use for: refuse it rather than crash or ignore
-                print(f"rl-speed bench {args.name} takes no --{name}; leave it out.", file=sys.stderr)
+                print(f"rl-speed bench {args.name} takes no {flags[name]}; leave it out.", file=sys.stderr)
                 return USAGE_ERROR
         try:
             markdown = run(args.repeats, **kwargs)
@@ -158,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwritten: {table}" + (f", {chart}" if chart else ""))
         return 0
     return USAGE_ERROR
+
+
+def learner_counts_flag(text: str) -> tuple[int, ...]:
+    """``--learners 1,2,4`` as a tuple of counts; anything else is refused with the syntax."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--learners {text!r}: give learner counts separated by commas, e.g. --learners 1,4.") from None
 
 
 def rllib_main(argv: list[str] | None = None) -> int:
