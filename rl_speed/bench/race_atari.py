@@ -181,6 +181,11 @@ def section(directory: str, charts: str | None = None) -> str:
     lines = [f"{game.capitalize()} (`{task.env_id}`, `game: {game}`); {task.returns}.",
              task_section(task, results, "ppo / dqn")]
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
+    unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
+                        and any(path.glob("*.csv")) and not (path / "meta.json").exists())
+    if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table
+        lines.append(f"Started but not finished (no `meta.json`), not counted: {', '.join(unfinished)}; "
+                     "`--missing-only` makes them again.")
     if charts:
         family = "ppo-dqn" if game == "pong" else f"{game}-ppo-dqn"  # Pong's chart keeps its name
         lines.append(f"Chart: `{race_chart(task, family, results, charts)}`")

@@ -41,6 +41,18 @@ def test_section_reads_each_contenders_files(tmp_path):
     # a run that says why it did not run: that reason, not a guess about extras
     assert "SB3 DQN (zoo)" not in rows and "- SB3 DQN (zoo), seed 0: not run: its replay buffer does not fit" in table
     assert "time cap 600 s" in table
+    assert "Started but not finished" not in table
+
+
+def test_section_names_runs_that_started_and_did_not_finish(tmp_path):
+    _write_run(tmp_path, "FastPPO (ours)", [(100.0, 1000, -21.0)])
+    stopped = tmp_path / "ppo-ours-seed2"  # its judge logs, but no meta.json: stopped, or refused after starting
+    stopped.mkdir()
+    (stopped / "12.csv").write_text("50.0,1000,-21.0\n")
+    (tmp_path / "empty-folder").mkdir()
+    table = race_atari.section(str(tmp_path))
+    assert "Started but not finished (no `meta.json`), not counted: ppo-ours-seed2;" in table
+    assert "| PPO (ours) |" not in table  # not in the table
 
 
 def test_a_breakout_directory_gets_breakouts_target_and_a_mixed_one_is_refused(tmp_path):
