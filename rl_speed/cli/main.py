@@ -178,7 +178,8 @@ def learner_counts_flag(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise ValueError(f"--learners {text!r}: give learner counts separated by commas, e.g. --learners 1,4.") from None
+        raise ValueError(f"--learners {text!r}: give learner counts separated by commas, e.g. --learners 1,4.") \
+            from None
 
 
 def rllib_main(argv: list[str] | None = None) -> int:
