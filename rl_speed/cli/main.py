@@ -26,7 +26,7 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race",
               "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari",
               "atari-policy": "rl_speed.bench.atari_policy", "race-atari": "rl_speed.bench.race_atari",
-              "allreduce": "rl_speed.bench.allreduce"}
+              "allreduce": "rl_speed.bench.allreduce", "batch-copy": "rl_speed.bench.batch_copy"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -57,7 +57,7 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
     bench.add_argument("--output", default="results/bench",
                        help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy, race-atari, allreduce)")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy, race-atari, allreduce, batch-copy)")
     bench.add_argument("--checkpoint", help="mario-policy, atari-policy: the checkpoint folder of a trained run to evaluate")
     bench.add_argument("--config", help="learner-scaling: JSON dict of config keys set on every row, e.g. "
                                         "'{\"cuda_graph\": false}'")
