@@ -95,6 +95,8 @@ def _copier_class() -> Any:
         def copy(self, refs: list, method: str, expected_sum: int) -> float:
             import torch
 
+            self.dest.zero_()  # so the check below sees this call's bytes, not the last call's
+            torch.cuda.synchronize()
             start = time.perf_counter()
             arrays = ray.get(refs)  # zero-copy views of the object store's memory, as the learner reads them
             copy_to_device(arrays, method, self.dest, self.staging)
