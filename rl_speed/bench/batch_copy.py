@@ -10,7 +10,8 @@ bench says how fast each way moves a batch of that size on the host it runs on, 
 Ways, each timed in a Ray actor holding one GPU that reads objects the driver put (so, as a learner, it maps their
 pages fresh), from ``ray.get`` until the bytes are on the device:
 
-- ``pageable``: each object copied to the device from the object store's memory, as the learner does;
+- ``pageable``: each object copied to the device from the object store's memory by the learner's own
+  :func:`~rl_speed.learners.ppo.to_device`;
 - ``staged``: each object copied into one pinned host buffer, and from there to the device asynchronously (the next
   object's host copy overlaps the previous one's transfer);
 - ``registered``: each object's pages registered with CUDA (``cudaHostRegister``), copied, unregistered.
@@ -43,21 +44,21 @@ def copy_to_device(arrays: list[np.ndarray], method: str, dest: Any, staging: An
         raise ValueError(f"batch_copy: unknown method {method!r}; choose from {list(METHODS)}.")
     if method == "registered" and dest.device.type != "cuda":
         raise ValueError("batch_copy: `registered` registers host pages with CUDA and needs a GPU.")
+    from rl_speed.learners.ppo import to_device
+
     offset = 0
-    with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
-        warnings.simplefilter("ignore", UserWarning)
-        for x in arrays:
-            flat = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            size = flat.size
-            target = dest[offset:offset + size]
-            if method == "pageable":
-                target.copy_(torch.from_numpy(flat), non_blocking=True)
-            elif method == "staged":
-                staging[offset:offset + size].numpy()[:] = flat
-                target.copy_(staging[offset:offset + size], non_blocking=True)
-            else:
-                _copy_registered(flat, target)
-            offset += size
+    for x in arrays:
+        flat = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        size = flat.size
+        target = dest[offset:offset + size]
+        if method == "pageable":  # the learner's own copy, then into place on the device (a device-side copy)
+            target.copy_(to_device(flat, target.device))
+        elif method == "staged":
+            staging[offset:offset + size].numpy()[:] = flat
+            target.copy_(staging[offset:offset + size], non_blocking=True)
+        else:
+            _copy_registered(flat, target)
+        offset += size
     if dest.device.type == "cuda":
         torch.cuda.synchronize(dest.device)
 
@@ -73,7 +74,9 @@ def _copy_registered(flat: np.ndarray, target: Any) -> None:
     else:
         raise RuntimeError("batch_copy: cudaHostRegister refused the object store's pages (flags 0 and 8).")
     try:
-        target.copy_(torch.from_numpy(flat), non_blocking=True)
+        with warnings.catch_warnings():  # arrays from Ray's object store are read-only; nothing writes to them
+            warnings.simplefilter("ignore", UserWarning)
+            target.copy_(torch.from_numpy(flat), non_blocking=True)
         torch.cuda.synchronize(target.device)  # the pages stay registered until the transfer is done
     finally:
         cudart.cudaHostUnregister(pointer)
