@@ -85,6 +85,7 @@ class ColumnarConfigMixin:
             self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
         check_optimizer_step_keys(self, name)
         check_cuda_graph_keys(self, name)
+        check_learner_class(self, name)
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":
             self._value_error(f"{name}: `batch_mode` must be 'truncate_episodes' for training (columns have a fixed "
                               "length); evaluation may use 'complete_episodes' (it samples RLlib's episodes).")
@@ -168,7 +169,8 @@ def check_multi_agent(config: Any, name: str) -> None:
         problems.append(f"`num_learners`={config.num_learners}: {name}'s multi-agent training runs on one learner "
                         "(several are built for FastPPO only); use 0 or 1")
     if (config.model_config or {}).get("use_lstm") or getattr(config, "is_recurrent", False):
-        problems.append("recurrent modules (`use_lstm` or rl_speed's recurrent module) are single-agent only here")
+        problems.append("recurrent modules (`use_lstm`, rl_speed's recurrent module, or a module of your own with a "
+                        "recurrent state) are single-agent only here")
     if config._env_to_module_connector is not None:
         problems.append("`env_to_module_connector` pieces have no multi-agent columnar form; move the work into the "
                         "env or the RLModule")
@@ -249,6 +251,25 @@ def check_connectors(config: Any, name: str) -> None:
                                 "with a columnar form, the env, or the RLModule, or use stock RLlib.")
 
 
+def check_learner_class(config: Any, name: str) -> None:
+    """A user's ``learner_class`` must be a subclass of the algorithm's columnar learner: RLlib's learners (and their
+    subclasses with a custom loss or optimizers) train on episodes, which the columnar path never makes."""
+    chosen = config._learner_class
+    if chosen is None:
+        return
+    if isinstance(chosen, str):
+        from ray.rllib.utils.serialization import deserialize_type
+
+        chosen = deserialize_type(chosen) or chosen
+    default = config.get_default_learner_class()
+    if not (isinstance(chosen, type) and issubclass(chosen, default)):
+        config._value_error(
+            f"{name}: `learner_class`={getattr(chosen, '__name__', chosen)!r} is not a subclass of {name}'s columnar "
+            f"learner ({default.__module__}.{default.__name__}): RLlib's learners and their subclasses train on "
+            f"episodes, which {name} does not make. Subclass {default.__name__} instead (its hooks, e.g. "
+            "`compute_loss_for_module` and `configure_optimizers_for_module`, are RLlib's), or use stock RLlib.")
+
+
 def check_optimizer_step_keys(config: Any, name: str) -> None:
     """Config-time errors for ``mixed_precision`` and ``grad_accumulation_steps``."""
     mode = config.mixed_precision
@@ -278,7 +299,7 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
     if config.is_multi_agent:
         problems.append("several modules train one after another in the update loop, and one captured step holds "
                         "every module's optimizer; capture is for a single module")
-    if (config.model_config or {}).get("use_lstm"):
+    if getattr(config, "uses_padded_sequences", (config.model_config or {}).get("use_lstm")):
         problems.append("RLlib's LSTM (`model_config.use_lstm`) trains on padded sequences whose number changes with "
                         "every batch, so no captured graph would be replayed; use `rl_module: recurrent`")
     if not config.num_gpus_per_learner:

@@ -99,24 +99,31 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         if not self.use_gae or not self.use_critic:
             self._value_error("FastPPO: `use_gae` and `use_critic` must be True (advantages come from GAE on the "
                               "learner); use stock PPO for the critic-free variants.")
-        if (self.model_config or {}).get("use_lstm") and learners > 1:
-            self._value_error("FastPPO: `model_config.use_lstm` (RLlib's LSTM) trains on padded sequences whose "
-                              "number differs between learners, which DDP cannot step in lockstep; use "
-                              "`num_learners` 0 or 1, or rl_speed's recurrent module (`rl_module: recurrent`).")
+        if self.uses_padded_sequences and learners > 1:
+            self._value_error("FastPPO: RLlib-style stateful modules (`model_config.use_lstm`, or your own module "
+                              "with a recurrent state) train on padded sequences whose number differs between "
+                              "learners, which DDP cannot step in lockstep; use `num_learners` 0 or 1, or rl_speed's "
+                              "recurrent module (`rl_module: recurrent`).")
         fragment = self.get_rollout_fragment_length()
         if self.is_recurrent:
             horizon = self.bptt_horizon if self.bptt_horizon is not None else bptt_horizon(self)
             if not isinstance(horizon, int) or horizon < 1:
                 self._value_error(f"FastPPO: `bptt_horizon`={horizon!r} must be an integer >= 1.")
             if fragment % horizon:
+                # The runner records the recurrent state at every chunk start, so a rollout is whole chunks.
+                fitting = -(-fragment // horizon) * horizon
+                source = ("`max_seq_len` in the module's model_config" if self.bptt_horizon is None
+                          else "`bptt_horizon`")
                 self._value_error(
-                    f"FastPPO: `bptt_horizon`={horizon} does not divide the rollout of {fragment} steps per env "
-                    f"(rollout_fragment_length); pick a divisor of {fragment} or set rollout_fragment_length / "
-                    "train_batch_size_per_learner so that the rollout is a multiple of it.")
-            # RLlib's LSTM: minibatches of whole padded sequences, as many as fit in minibatch_size steps (as in
-            # stock PPO); rl_speed's module: an explicit bptt_horizon must divide the minibatch.
-            use_lstm = bool((self.model_config or {}).get("use_lstm"))
-            if isinstance(self.minibatch_size, int) and self.minibatch_size % horizon and not use_lstm:
+                    f"FastPPO: the rollout of {fragment} steps per env (train_batch_size_per_learner="
+                    f"{self.train_batch_size_per_learner} over {lanes} env lanes, or rollout_fragment_length) is not "
+                    f"a multiple of the recurrent chunk length {horizon} ({source}); the columnar runner samples "
+                    f"whole chunks. Set train_batch_size_per_learner={fitting * lanes} (a rollout of {fitting}), or "
+                    f"rollout_fragment_length to a multiple of {horizon}, or a chunk length that divides {fragment}.")
+            # RLlib-style stateful modules: minibatches of whole padded sequences, as many as fit in minibatch_size
+            # steps (as in stock PPO); rl_speed's module: an explicit bptt_horizon must divide the minibatch.
+            if (isinstance(self.minibatch_size, int) and self.minibatch_size % horizon
+                    and not self.uses_padded_sequences):
                 self._value_error(f"FastPPO: `minibatch_size`={self.minibatch_size} must be a multiple of "
                                   f"`bptt_horizon`={horizon} (minibatches are whole chunks).")
         per_learner = fragment * lanes // learners
@@ -130,10 +137,32 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
 
     @property
     def is_recurrent(self) -> bool:
-        """rl_speed's recurrent module, or RLlib's LSTM (``model_config.use_lstm``)."""
-        module_class = getattr(self._rl_module_spec, "module_class", None) if self._rl_module_spec else None
+        """rl_speed's recurrent module, RLlib's LSTM (``model_config.use_lstm``), or a user's stateful module."""
+        module_class = self._module_class
         return ((isinstance(module_class, type) and issubclass(module_class, RecurrentActorCritic))
-                or bool((self.model_config or {}).get("use_lstm")))
+                or self.uses_padded_sequences)
+
+    @property
+    def uses_padded_sequences(self) -> bool:
+        """Stateful modules that act on ``[B, 1, ...]`` and train on RLlib's padded sequences: RLlib's LSTM, and a
+        user's module class that defines its own ``get_initial_state`` (RLlib calls a module stateful when its
+        initial state is not empty, which needs a built module; a class that defines the method is taken at its
+        word, as RLlib's own example LSTM module does)."""
+        from ray.rllib.algorithms.ppo.default_ppo_rl_module import DefaultPPORLModule
+        from ray.rllib.core.rl_module.rl_module import RLModule
+        from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+
+        if (self.model_config or {}).get("use_lstm"):
+            return True
+        module_class = self._module_class
+        if not isinstance(module_class, type) or issubclass(module_class, RecurrentActorCritic):
+            return False
+        stateless = (RLModule.get_initial_state, TorchRLModule.get_initial_state, DefaultPPORLModule.get_initial_state)
+        return module_class.get_initial_state not in stateless
+
+    @property
+    def _module_class(self) -> Any:
+        return getattr(self._rl_module_spec, "module_class", None) if self._rl_module_spec else None
 
 
 class FastPPO(PPO):

@@ -26,7 +26,8 @@ BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dq
               "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race",
               "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari",
               "atari-policy": "rl_speed.bench.atari_policy", "race-atari": "rl_speed.bench.race_atari",
-              "allreduce": "rl_speed.bench.allreduce", "batch-copy": "rl_speed.bench.batch_copy"}
+              "allreduce": "rl_speed.bench.allreduce", "batch-copy": "rl_speed.bench.batch_copy",
+              "callbacks": "rl_speed.bench.callbacks"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:

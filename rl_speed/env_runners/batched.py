@@ -55,6 +55,7 @@ from ray.rllib.utils.metrics import (
 from rl_speed import columns as C
 from rl_speed.connectors import env_to_module as connectors
 from rl_speed.columns import Columns, num_steps
+from rl_speed.env_runners.episode_callbacks import EpisodeCallbacks, configured_callbacks
 
 
 def bptt_horizon(config: Any) -> int:
@@ -107,6 +108,10 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # The columnar forms of the env-to-module pieces the user configured (RLlib built its pipeline above): an
         # unsupported piece fails here, while the algorithm is built, before any training.
         self._connectors = connectors.columnar_pipeline(self._env_to_module, n)
+        # RLlib's episode callbacks and rl_speed's on_sample_columns: episode views are built only when one is set
+        # (rl_speed.env_runners.episode_callbacks); without them the path below pays nothing.
+        self._callback_names = configured_callbacks(self.config, self._callbacks)
+        self._episode_callbacks: EpisodeCallbacks | None = None
 
     @functools.cached_property
     def _action_struct(self) -> Any:
@@ -130,10 +135,19 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         n = self.num_envs
         steps = (math.ceil(num_timesteps / n) if num_timesteps is not None
                  else self.config.get_rollout_fragment_length(self.worker_index))
+        callbacks = self._episode_callbacks
+        if callbacks is None and self._callback_names:  # (built on first use: a local runner may have no env before)
+            callbacks = self._episode_callbacks = EpisodeCallbacks(self, self._callback_names)
         with self.metrics.log_time(SAMPLE_TIMER):
+            if callbacks is not None:
+                callbacks.sample_start()
             if self._obs is None or force_reset:
+                if callbacks is not None:
+                    callbacks.before_reset()
                 # The first reset is seeded (config.seed, per worker), as RLlib's runner seeds its first one.
-                raw_obs, _ = self.env.reset(seed=None if self._columnar else self._seed)
+                raw_obs, infos = self.env.reset(seed=None if self._columnar else self._seed)
+                if callbacks is not None:
+                    callbacks.after_reset(raw_obs, infos)
                 self._obs = connectors.apply(self._connectors, raw_obs, connectors.Step(np.ones(self.num_envs, bool)))
                 self._resetting[:] = False
                 self._is_first[:] = True
@@ -142,6 +156,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 self._episode_start[:] = time.perf_counter()
             self._columnar = True
             columns = self._sample_steps(steps, explore, random_actions)
+            if callbacks is not None:
+                callbacks.sample_end(columns)
         valid_steps = num_steps(columns)
         self._increase_sampled_metrics(valid_steps, self._num_finished)
         self._num_finished = 0
@@ -159,8 +175,9 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             C.VALID: np.empty((steps, n), bool),
         }
         # RLlib wraps the vector env in DictInfoToList, which rebuilds N info dicts per step; columns carry no
-        # infos, so step the wrapped env directly.
+        # infos (episode callbacks read a lane's from the vector env's dict of arrays), so step the wrapped env.
         env = self.env.env if isinstance(self.env, DictInfoToList) else self.env
+        callbacks = self._episode_callbacks
         runners = self.config.num_env_runners or 1
         stateful = self.module.is_stateful()
         if stateful:
@@ -169,8 +186,10 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 raise ValueError(f"BatchedEnvRunner: the rollout of {steps} steps must be a multiple of "
                                  f"bptt_horizon={horizon}; set rollout_fragment_length to a multiple of it.")
             if self._state is None:
-                self._state = tree.map_structure(lambda s: s.to(self._device).expand(n, *s.shape).clone(),
-                                                 self.module.get_initial_state())
+                # (torch.as_tensor: a user's module may give its initial state as numpy arrays, as RLlib's allows)
+                self._state = tree.map_structure(
+                    lambda s: torch.as_tensor(s).to(self._device).expand(n, *np.shape(s)).clone(),
+                    self.module.get_initial_state())
             columns[C.IS_FIRST] = np.empty((steps, n), bool)
             columns[C.STATE_IN] = tree.map_structure(
                 lambda s: np.empty((steps // horizon, *s.shape), np.float32), self._state)
@@ -200,9 +219,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                     columns[key] = np.empty((steps, n, *value.shape[1:]), value.dtype)
                 columns[key][t] = value
             start = clock()
-            raw_obs, rewards, terminateds, truncateds, _ = env.step(self._env_actions(actions))
+            raw_obs, rewards, terminateds, truncateds, infos = env.step(self._env_actions(actions))
             env_seconds += clock() - start
             valid = ~self._resetting
+            if callbacks is not None:
+                callbacks.after_step(t, actions, raw_obs, rewards, terminateds, truncateds, infos, valid)
             _write(columns[C.ACTIONS], t, actions)
             columns[C.REWARDS][t] = clip_rewards(rewards, self.config.clip_rewards)  # metrics keep the raw ones
             columns[C.TERMINATEDS][t] = terminateds
@@ -333,11 +354,17 @@ def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any =
         else:
             out = module._forward_inference(batch)
         if time_axis:
-            out = {k: (v[:, 0] if k in (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS) else v)
-                   for k, v in out.items()}
+            stepped = (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS, RLlibColumns.ACTION_LOGP)
+            out = {k: (tree.map_structure(lambda x: x[:, 0], v) if k in stepped else v) for k, v in out.items()}
         extra: dict[str, np.ndarray] = {}
         if RLlibColumns.ACTIONS in out:
             actions = out[RLlibColumns.ACTIONS]
+            # A module that samples its own actions (e.g. autoregressive ones) gives PPO's log-probs and
+            # distribution inputs with them, as RLlib's GetActions connector then passes them on.
+            if explore and RLlibColumns.ACTION_LOGP in out:
+                extra[C.ACTION_LOGP] = out[RLlibColumns.ACTION_LOGP].float().cpu().numpy()
+                if RLlibColumns.ACTION_DIST_INPUTS in out:
+                    extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
         else:
             dist_cls = (module.get_exploration_action_dist_cls() if explore
                         else module.get_inference_action_dist_cls())

@@ -47,6 +47,7 @@ from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from rl_speed import columns as C
 from rl_speed.columns import Columns
+from rl_speed.env_runners.episode_callbacks import MultiAgentEpisodeCallbacks, configured_callbacks
 from rl_speed.env_runners.batched import (_set_runner_threads, _write, clip_rewards, log_step_timers, module_actions,
                                           to_env_actions)
 
@@ -103,6 +104,9 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._obs: Any = None  # [L, ...] last observation of every lane, continued across sample_columns() calls
         self._columnar = False
         self._finished: list[tuple] = []  # episodes finished since the last get_metrics()
+        # RLlib's episode callbacks and rl_speed's on_sample_columns: episodes are built only when one is set.
+        names = configured_callbacks(self.config, self._callbacks)
+        self._episode_callbacks = MultiAgentEpisodeCallbacks(self, names) if names else None
 
     def _build_lanes(self) -> None:
         envs = [e.unwrapped for e in self.env.envs]
@@ -147,6 +151,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                     self._reset_copy(i, env)
             self._columnar = True
             columns, env_steps, episodes = self._sample_steps(steps, explore, random_actions)
+            if self._episode_callbacks is not None:
+                self._episode_callbacks.sample_end(columns)
         self._log_sampled(columns, env_steps, episodes)
         self.num_env_steps_sampled_lifetime += env_steps * (self.config.num_env_runners or 1)
         return columns
@@ -194,6 +200,10 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 result = env.step(action_dict)
                 env_seconds += clock() - start
                 ended = self._step_copy(i, result, acting[base:base + a], columns, t)
+                if self._episode_callbacks is not None:  # the module's actions, as RLlib's episodes keep them
+                    module_actions = {aid: tree.map_structure(lambda c, k=base + k: c[t, k], columns[C.ACTIONS])
+                                      for k, aid in enumerate(agents) if acting[base + k]}
+                    self._episode_callbacks.after_step(i, t, module_actions, result, ended)
                 columns[C.ENV_STEP][t, base] = True
                 env_steps += 1
                 if ended:
@@ -277,10 +287,14 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         seed = None
         if self._seed_next_reset and self._seed is not None:
             seed = self._seed + i
-        obs, _ = env.reset(seed=seed)
+        callbacks = self._episode_callbacks
+        # What policy_mapping_fn receives (its id_ tells episodes apart); with callbacks, the episode they get.
+        episode = callbacks.new_episode(i, env) if callbacks is not None else MultiAgentEpisode()
+        obs, infos = env.reset(seed=seed)
         if i == len(self._envs) - 1:
             self._seed_next_reset = False
-        episode = MultiAgentEpisode()  # what policy_mapping_fn receives (its id_ tells episodes apart)
+        if callbacks is not None:
+            callbacks.after_reset(i, obs, infos)
         lanes = slice(i * a, (i + 1) * a)
         self._present[lanes] = False
         self._done[lanes] = False
@@ -288,7 +302,9 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._lane_return[lanes] = 0.0
         self._lane_steps[lanes] = 0
         for k, aid in enumerate(self._agents):
-            module_id = self.config.policy_mapping_fn(aid, episode)
+            # (An episode for callbacks maps each agent once itself; ask it, so both agree for a random mapping.)
+            module_id = (episode.module_for(aid) if callbacks is not None
+                         else self.config.policy_mapping_fn(aid, episode))
             if module_id not in self.module_ids:
                 raise ValueError(f"MultiAgentBatchedEnvRunner: policy_mapping_fn mapped agent {aid!r} to "
                                  f"{module_id!r}, which is not one of the modules {self.module_ids}.")

@@ -81,6 +81,22 @@ class VectorizedGAEPPOTorchLearner(PPOTorchLearner):
         replace_gae_connector(self, VectorizedGAE)
 
 
+def written_by_module(value_batch: dict, obs: Any, rows: int) -> dict:
+    """What a module's ``compute_values`` wrote into the batch it was given, cut to the first ``rows`` rows (the
+    steps; the rest are the bootstrap observations).
+
+    RLlib's GAE connector calls ``compute_values`` on the training batch itself, so a module may reshape its batch
+    there for its ``_forward_train`` (RLlib's action-masking example moves the mask out of the Dict observation into
+    ``batch["action_mask"]`` and replaces the observation by its ``"observations"`` part). The same happens here:
+    a key the module added or replaced goes into the training batch."""
+    out = {}
+    for key, value in value_batch.items():
+        if key == RLlibColumns.OBS and value is obs and not isinstance(obs, dict):
+            continue  # untouched: the training batch already has these observations
+        out[key] = tree.map_structure(lambda x: x[:rows], value)
+    return out
+
+
 #: A loss-rows key: the minibatch is a placeholder whose loss counts zero
 #: (:meth:`FastPPOTorchLearner.placeholder_rows`).
 PLACEHOLDER = "rl_speed_placeholder"
@@ -258,8 +274,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             def rows(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [T * N, ...]
                 return x.reshape(t_len * n, *x.shape[2:])
 
-            flat_obs = tree.map_structure(lambda o: o.reshape(-1, *o.shape[2:]), obs)
-            values = module.compute_values({RLlibColumns.OBS: flat_obs}).reshape(t_len + 1, n)
+            flat_obs = tree.map_structure(lambda o: o.reshape(-1, *o.shape[2:]), obs)  # [(T + 1) * N, ...]
+            value_batch = {RLlibColumns.OBS: flat_obs}
+            values = module.compute_values(value_batch).reshape(t_len + 1, n)
         valid = tensor(columns[C.VALID])
         advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
                                              tensor(columns[C.TRUNCATEDS]), valid, gamma=self.config.gamma,
@@ -278,6 +295,8 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             Postprocessing.VALUE_TARGETS: rows(targets),
             RLlibColumns.LOSS_MASK: rows(valid),
         }
+        if not recurrent:
+            batch.update(written_by_module(value_batch, flat_obs, t_len * n))
         if sequences is not None:
             batch[RLlibColumns.STATE_IN] = state_in
             batch[RLlibColumns.LOSS_MASK] = batch[RLlibColumns.LOSS_MASK] & ~sequences.pad
