@@ -13,7 +13,7 @@ LOWER = [
     "rl_speed.modules.recurrent", "rl_speed.modules.graph", "rl_speed.connectors", "rl_speed.learners",
     "rl_speed.learners.ppo", "rl_speed.learners.dqn", "rl_speed.learners.cuda_graph",
     "rl_speed.learners.optimizer_step", "rl_speed.learners.update_loop", "rl_speed.learners.sequences",
-    "rl_speed.connectors.env_to_module",
+    "rl_speed.connectors.env_to_module", "rl_speed.callbacks", "rl_speed.env_runners.episode_callbacks",
 ]
 HIGHER = ("rl_speed.algorithms", "rl_speed.cli", "rl_speed.bench", "rl_speed.multi_agent")
 

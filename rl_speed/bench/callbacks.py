@@ -4,8 +4,11 @@
 metric from the ended episodes' arrays, and with an ``on_episode_step`` callback (one Python call per lane per step);
 stock PPO with the same ``on_episode_end`` callback for reference.
 
-Each figure is env steps per second over ``iterations`` training iterations after one warm-up iteration; the variants
-run interleaved, ``repeats`` times each, and the table gives medians and the ratio to no callbacks.
+Each run builds the algorithm, trains one warm-up iteration, then ``iterations`` timed ones. The variants run in
+rounds (every variant once per round, ``repeats`` rounds). Two figures per variant: env steps per second of wall time
+(median over rounds), and the cost ratio in CPU time of this process (which samples and learns: ``num_env_runners``
+0), per round against the round's run without callbacks, median over rounds. CPU time is the steadier of the two on
+a shared machine, where another tenant's load moves the wall-clock rate by a third between runs.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from rl_speed.bench.common import machine, train_rate
+import time
+
+from rl_speed.bench.common import build_with_every_runner, machine
 from rl_speed.callbacks import ColumnarCallback
 
 NUM_ENVS, BATCH, MINIBATCH = 1_024, 32_768, 8_192
@@ -56,33 +61,56 @@ def _config(algo: str, callbacks: dict) -> Any:
     return config.callbacks(**callbacks) if callbacks else config
 
 
-def run(repeats: int = 3, iterations: int = 3) -> str:
+def _measure(config: Any, iterations: int) -> tuple[float, float, dict]:
+    """(env steps/s of wall time, CPU seconds per env step, the last result) over ``iterations`` after a warm-up."""
+    algo = build_with_every_runner(config)
+    try:
+        result = algo.train()
+        before = result["env_runners"]["num_env_steps_sampled_lifetime"]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(iterations):
+            result = algo.train()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        steps = result["env_runners"]["num_env_steps_sampled_lifetime"] - before
+        return steps / wall, cpu / steps, result
+    finally:
+        algo.stop()
+
+
+def run(repeats: int = 5, iterations: int = 3) -> str:
     import ray
 
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    cost: dict[str, list[float]] = {name: [] for name in VARIANTS}
     logged: dict[str, Any] = {}
     try:
         for _ in range(repeats):
+            cpu_per_step = {}
             for name, (algo, callbacks) in VARIANTS.items():
-                rate, result = train_rate(_config(algo, callbacks), iterations if algo == "fast" else 1)
+                rate, cpu_per_step[name], result = _measure(_config(algo, callbacks),
+                                                            iterations if algo == "fast" else 1)
                 rates[name].append(rate)
                 runners = result["env_runners"]
                 logged[name] = runners.get("custom_return", runners.get("custom_step_reward"))
+            for name in VARIANTS:
+                cost[name].append(cpu_per_step["FastPPO, no callbacks"] / cpu_per_step[name])
     finally:
         if started:
             ray.shutdown()
     base = statistics.median(rates["FastPPO, no callbacks"])
     lines = [f"FastPPO on CartPole-v1, {NUM_ENVS:,} envs, batch {BATCH:,}, minibatch {MINIBATCH:,}, 1 epoch, "
-             f"sampling local; medians of {repeats} interleaved runs ({iterations} iterations each after one "
-             f"warm-up; stock: 1). {machine()}.", "",
-             "| variant | env steps/s (median) | runs | vs no callbacks | custom metric reported |",
-             "|---|---:|---|---:|---:|"]
+             f"sampling local; {repeats} rounds ({iterations} timed iterations per run after one warm-up; stock: "
+             f"1). {machine()}.", "",
+             "| variant | env steps/s (median) | runs | wall: vs no callbacks | CPU time: vs no callbacks (median "
+             "of per-round ratios) | custom metric reported |",
+             "|---|---:|---|---:|---:|---:|"]
     for name, values in rates.items():
         median = statistics.median(values)
         metric = logged[name]
         lines.append(f"| {name} | {median:,.0f} | {', '.join(f'{v:,.0f}' for v in values)} | {median / base:.2f}x | "
+                     f"{statistics.median(cost[name]):.2f}x ({min(cost[name]):.2f}-{max(cost[name]):.2f}) | "
                      f"{'-' if metric is None else f'{float(metric):.2f}'} |")
     return "\n".join(lines)
