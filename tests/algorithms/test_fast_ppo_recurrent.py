@@ -85,7 +85,7 @@ def test_lstm_solves_the_cue_corridor_and_a_feed_forward_policy_cannot(ray_sessi
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c.training(bptt_horizon=10), "`bptt_horizon`=10 does not divide the rollout of 32 steps"),
+    (lambda c: c.training(bptt_horizon=10), "not a multiple of the recurrent chunk length 10 (`bptt_horizon`)"),
     (lambda c: c.training(minibatch_size=520), "`minibatch_size`=520 must be a multiple of `bptt_horizon`=16"),
     (lambda c: c.training(bptt_horizon=0), "`bptt_horizon`=0 must be an integer >= 1"),
 ])

@@ -136,6 +136,7 @@ def test_a_learner_class_of_rllib_is_refused_at_config_time():
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_action_masking_example_configuration_obeys_the_mask(ray_session):
     """examples/rl_modules/action_masking_rl_module.py's configuration (its evaluation runner aside): 10 iterations,
     about 40,000 env steps, and the env never sees a forbidden action (it raises)."""
