@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ray_processes import BIN, free_port, stop_by_pid
+from ray_processes import BIN, free_port, stop_by_pid, token_auth_env
 
 
 @dataclass
@@ -42,9 +42,9 @@ def ray_head():
                                              "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                              "runtime-env-agent-port", "node-manager-port", "object-manager-port")}
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    # Token authentication on, for the head and for every client (`ray job ...`), which then sends the token that
-    # `ray start` keeps in ~/.ray/auth_token. (Clients without RAY_AUTH_MODE=token send none and get 401.)
-    env["RAY_AUTH_MODE"] = "token"
+    # Token authentication on, for the head and for every client (`ray job ...`), with the cluster's own token (so a
+    # fresh home directory works too). Clients without RAY_AUTH_MODE=token send none and get 401.
+    env.update(token_auth_env(temp_dir))
     env["RL_SPEED_TEST_CLUSTER"] = str(temp_dir)  # how stop_by_pid finds every process of this cluster
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # `rl-speed` on the job drivers' PATH
     args = [str(BIN / "ray"), "start", "--head", f"--temp-dir={temp_dir}", "--num-cpus=2", "--num-gpus=0",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -10,6 +11,17 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+
+
+def token_auth_env(temp_dir: Path) -> dict[str, str]:
+    """Token authentication for a test cluster and its clients, with a token of its own: Ray 2.60's `ray start` with
+    RAY_AUTH_MODE=token reads a token but never writes one, so on a home directory that has never held
+    ~/.ray/auth_token it fails (AuthenticationError). The token is written into the cluster's temp dir and named by
+    RAY_AUTH_TOKEN_PATH, which the head, its workers and the `ray job` clients all read."""
+    token = Path(temp_dir) / "auth_token"
+    token.write_text(secrets.token_hex(32))  # what `ray get-auth-token --generate` writes: 256 random bits
+    token.chmod(0o600)
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ray_processes import BIN, free_port, stop_by_pid
+from ray_processes import BIN, free_port, stop_by_pid, token_auth_env
 
 ROOT = Path(__file__).parents[2]
 
@@ -35,7 +35,8 @@ def test_job_scales_the_cluster_out_and_idle_nodes_leave(tmp_path):
     config_path = tmp_path / "cluster_local.yaml"
     config_path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update({"RAY_FAKE_CLUSTER": "1", "RAY_AUTH_MODE": "token", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+    env.update(token_auth_env(temp_dir))  # its own token: a fresh home directory has none
+    env.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
                 "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RL_SPEED_TEST_CLUSTER": str(temp_dir)})
     ports = [f"--{k}={free_port()}" for k in ("metrics-export-port", "ray-client-server-port",
                                                "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
