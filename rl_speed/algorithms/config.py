@@ -16,6 +16,7 @@ from ray.rllib.utils.annotations import override
 
 from rl_speed.env_runners import BatchedEnvRunner
 from rl_speed.learners.optimizer_step import PRECISIONS
+from rl_speed.learners.user_learner import rllib_base, stack_on_columns
 
 
 class ColumnarConfigMixin:
@@ -70,6 +71,16 @@ class ColumnarConfigMixin:
         if async_sampling is not NotProvided:
             self.async_sampling = async_sampling
         return self
+
+    @property
+    @override(AlgorithmConfig)
+    def learner_class(self) -> type:
+        """The columnar learner, or a user's ``learner_class`` stacked on it (rl_speed.learners.user_learner)."""
+        columnar = self.get_default_learner_class()
+        chosen = user_learner_class(self)
+        if chosen is None or not (isinstance(chosen, type) and issubclass(chosen, rllib_base(columnar))):
+            return columnar if chosen is None else chosen  # (a class that is neither is refused by validate)
+        return stack_on_columns(chosen, columnar)
 
     def validate_columnar(self, name: str) -> None:
         """The shared checks; called first in each algorithm config's ``validate``."""
@@ -251,23 +262,30 @@ def check_connectors(config: Any, name: str) -> None:
                                 "with a columnar form, the env, or the RLModule, or use stock RLlib.")
 
 
-def check_learner_class(config: Any, name: str) -> None:
-    """A user's ``learner_class`` must be a subclass of the algorithm's columnar learner: RLlib's learners (and their
-    subclasses with a custom loss or optimizers) train on episodes, which the columnar path never makes."""
+def user_learner_class(config: Any) -> type | None:
+    """The ``learner_class`` a user set (a class, or a dotted path as in YAML), or None."""
     chosen = config._learner_class
-    if chosen is None:
-        return
     if isinstance(chosen, str):
         from ray.rllib.utils.serialization import deserialize_type
 
         chosen = deserialize_type(chosen) or chosen
-    default = config.get_default_learner_class()
-    if not (isinstance(chosen, type) and issubclass(chosen, default)):
+    return chosen
+
+
+def check_learner_class(config: Any, name: str) -> None:
+    """A user's ``learner_class`` runs stacked on the columnar learner (:mod:`rl_speed.learners.user_learner`), so it
+    must extend the RLlib learner that one extends (PPOTorchLearner / DQNTorchLearner) or the columnar one itself."""
+    chosen = user_learner_class(config)
+    if chosen is None:
+        return
+    columnar = config.get_default_learner_class()
+    base = rllib_base(columnar)
+    if not (isinstance(chosen, type) and issubclass(chosen, base)):
         config._value_error(
-            f"{name}: `learner_class`={getattr(chosen, '__name__', chosen)!r} is not a subclass of {name}'s columnar "
-            f"learner ({default.__module__}.{default.__name__}): RLlib's learners and their subclasses train on "
-            f"episodes, which {name} does not make. Subclass {default.__name__} instead (its hooks, e.g. "
-            "`compute_loss_for_module` and `configure_optimizers_for_module`, are RLlib's), or use stock RLlib.")
+            f"{name}: `learner_class`={getattr(chosen, '__name__', chosen)!r} does not extend RLlib's "
+            f"{base.__name__}: {name} runs a user's learner stacked on its columnar learner ({columnar.__name__}), "
+            f"whose RLlib base is {base.__name__}. Subclass {base.__name__} (or {columnar.__name__}), or use stock "
+            "RLlib.")
 
 
 def check_optimizer_step_keys(config: Any, name: str) -> None:
@@ -296,6 +314,9 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
     problems = []
     if not config.supports_cuda_graph:
         problems.append(f"{name}'s loss has not been made free of host syncs, which a captured step needs")
+    if user_learner_class(config) is not None:
+        problems.append("a `learner_class` of yours runs its own code in the step, which has not been checked for "
+                        "host syncs (a captured graph cannot hold them); leave `cuda_graph` off with it")
     if config.is_multi_agent:
         problems.append("several modules train one after another in the update loop, and one captured step holds "
                         "every module's optimizer; capture is for a single module")

@@ -105,6 +105,17 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                               "learners, which DDP cannot step in lockstep; use `num_learners` 0 or 1, or rl_speed's "
                               "recurrent module (`rl_module: recurrent`).")
         fragment = self.get_rollout_fragment_length()
+        runners = max(1, self.num_env_runners)
+        if self.rollout_fragment_length == "auto" and runners > 1 and self.total_train_batch_size % lanes:
+            # RLlib then gives the first runners one step more than the others; columns join along lanes, so
+            # every runner's rollout must have one length.
+            below = self.total_train_batch_size // lanes * lanes
+            self._value_error(
+                f"FastPPO: the train batch of {self.total_train_batch_size} steps does not split evenly over the "
+                f"{lanes} env lanes (num_envs_per_env_runner={self.num_envs_per_env_runner} x num_env_runners="
+                f"{runners}), so RLlib would give the runners rollouts of different lengths, which columns cannot "
+                f"join. Set train_batch_size_per_learner to a multiple of {lanes} (e.g. {below} or {below + lanes}), "
+                "or set rollout_fragment_length.")
         if self.is_recurrent:
             horizon = self.bptt_horizon if self.bptt_horizon is not None else bptt_horizon(self)
             if not isinstance(horizon, int) or horizon < 1:

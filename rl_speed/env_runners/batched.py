@@ -381,7 +381,9 @@ def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any =
                 extra[C.ACTION_LOGP] = logp.float().cpu().numpy()
                 # PPO's KL term compares the learner's distribution with the one that acted.
                 extra[C.ACTION_DIST_INPUTS] = logits.float().cpu().numpy()
-    return tree.map_structure(lambda a: a.cpu().numpy(), actions), extra, out.get(RLlibColumns.STATE_OUT)
+    # (A heuristic module, e.g. RLlib's RandomRLModule, may give numpy actions.)
+    return (tree.map_structure(lambda a: a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a), actions),
+            extra, out.get(RLlibColumns.STATE_OUT))
 
 
 def sample_categorical(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -100,7 +100,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         super().__init__(config=config, **kwargs)
         self.module_ids = sorted(self.module.keys()) if self.module is not None else []
         for mid in self.module_ids:
-            self.module[mid].eval()  # these copies only act; set once instead of on every forward call
+            if hasattr(self.module[mid], "eval"):  # (heuristic modules, e.g. RLlib's RandomRLModule, are not torch)
+                self.module[mid].eval()  # these copies only act; set once instead of on every forward call
         self._obs: Any = None  # [L, ...] last observation of every lane, continued across sample_columns() calls
         self._columnar = False
         self._finished: list[tuple] = []  # episodes finished since the last get_metrics()

@@ -196,7 +196,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         values = torch.zeros(owner.shape, device=device)
         for index, module_id in enumerate(module_ids):
             where = owner == index
-            if where.any():
+            # Only modules that train need values (a heuristic module beside them, e.g. RLlib's RandomRLModule, has
+            # none); the other lanes' advantages are never read.
+            if self.should_module_be_updated(module_id) and where.any():
                 module = self.module[module_id].unwrapped()
                 values[where] = module.compute_values(
                     {RLlibColumns.OBS: tree.map_structure(lambda o: o[where], obs)}).float()

@@ -148,3 +148,32 @@ def test_rllib_tuned_example_multi_agent_cartpole(ray_session):
         assert best >= 800, f"summed return {best:.0f} after {steps} env steps"
     finally:
         algo.stop()
+
+
+def test_a_heuristic_module_acts_beside_a_learned_one(ray_session):
+    """examples/multi_agent/custom_heuristic_policy.py's setup: RLlib's RandomRLModule (not a torch module) acts for
+    one agent, a learned module for the other; only the learned one trains, and both agents' returns are reported."""
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+    from ray.rllib.examples.rl_modules.classes.random_rlm import RandomRLModule
+
+    config = (FastPPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=32)
+              .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=1)
+              .multi_agent(policies={"learnable_policy", "random"},
+                           policy_mapping_fn=lambda agent_id, *args, **kwargs: ["learnable_policy",
+                                                                                "random"][agent_id % 2],
+                           policies_to_train=["learnable_policy"])
+              .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={
+                  "learnable_policy": RLModuleSpec(), "random": RLModuleSpec(module_class=RandomRLModule)})))
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert "total_loss" in result["learners"]["learnable_policy"]
+        assert "total_loss" not in result["learners"].get("random", {})  # (RLlib logs every module's entropy coeff)
+        returns = result["env_runners"]["module_episode_returns_mean"]
+        assert set(returns) == {"learnable_policy", "random"}
+    finally:
+        algo.stop()
