@@ -37,6 +37,7 @@ from ray.rllib.connectors.common import (
 from ray.rllib.connectors.common.flatten_observations import FlattenObservations
 from ray.rllib.connectors.common.frame_stacking import FrameStacking
 from ray.rllib.connectors.env_to_module import MeanStdFilter, PrevActionsPrevRewards
+from ray.rllib.connectors.env_to_module.observation_preprocessor import SingleAgentObservationPreprocessor
 from ray.rllib.utils.filter import RunningStat
 from ray.rllib.utils.numpy import SMALL_NUMBER, flatten_inputs_to_1d_tensor, one_hot
 
@@ -200,6 +201,37 @@ class ColumnarFrameStacking:
         return self.stack.copy()
 
 
+class ColumnarObservationPreprocessor:
+    """A user's ``SingleAgentObservationPreprocessor`` (RLlib's documented hook for per-observation work) on
+    ``[N, ...]``: the piece's ``preprocess_batch(observations)`` if it defines one (rl_speed's columnar interface:
+    ``[N, ...]`` in, ``[N, ...]`` out, one call per step), else its ``preprocess(observation, episode)`` once per lane
+    in lane order, the results stacked (a Python call per lane per step: about what RLlib's runner pays for it).
+
+    The columnar runner has no episode objects, so ``episode`` is None; a piece that reads it is refused when the
+    config is validated (probed with one observation of its input space), naming ``preprocess_batch`` as the way."""
+
+    def __init__(self, piece: Any) -> None:
+        self.piece = piece
+        self.batched = getattr(piece, "preprocess_batch", None)
+        if self.batched is None:
+            try:
+                piece.preprocess(piece.input_observation_space.sample(), None)
+            except Exception as e:
+                raise UnsupportedConnector(
+                    f"{type(piece).__name__}.preprocess(observation, episode) failed with episode=None "
+                    f"({type(e).__name__}: {e}): the columnar runner has no episode objects. Give the piece a "
+                    "`preprocess_batch(self, observations)` method that maps the [N, ...] observations of all lanes "
+                    "at once (rl_speed.connectors.env_to_module.ColumnarObservationPreprocessor), or use stock "
+                    "RLlib.") from e
+
+    def __call__(self, obs: Any, step: Step) -> Any:
+        if self.batched is not None:
+            return self.batched(obs)
+        lanes = len(tree.flatten(obs)[0])
+        rows = [self.piece.preprocess(tree.map_structure(lambda x: x[i], obs), None) for i in range(lanes)]
+        return tree.map_structure(lambda *xs: np.stack(xs), *rows)
+
+
 def columnar_pipeline(rllib_pipeline: Any, num_lanes: int) -> list:
     """The columnar forms of the pieces of the runner's RLlib env-to-module pipeline, in order; raises
     :class:`UnsupportedConnector` naming the first piece that has none."""
@@ -221,13 +253,16 @@ def _form(piece: Any, num_lanes: int) -> Any:
         return ColumnarPrevActionsPrevRewards(piece, num_lanes)
     if type(piece) is FrameStacking and not piece._as_learner_connector:
         return ColumnarFrameStacking(piece)
+    if isinstance(piece, SingleAgentObservationPreprocessor):
+        return ColumnarObservationPreprocessor(piece)
     raise UnsupportedConnector(
         f"The env-to-module connector piece {type(piece).__name__} has no columnar form, and rl_speed never skips a "
         f"connector silently. Columnar forms exist for {', '.join(SUPPORTED)}. Move the transformation into the env "
         "(a gymnasium wrapper) or the RLModule, or train with stock PPO / DQN.")
 
 
-SUPPORTED = ("MeanStdFilter", "FlattenObservations", "PrevActionsPrevRewards", "FrameStackingEnvToModule")
+SUPPORTED = ("MeanStdFilter", "FlattenObservations", "PrevActionsPrevRewards", "FrameStackingEnvToModule",
+             "SingleAgentObservationPreprocessor subclasses")
 
 
 def apply(forms: list, obs: Any, step: Step) -> Any:

@@ -23,6 +23,16 @@ DICT = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32), "code": 
                         "pair": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(0, 5, (1,), np.float32)])})
 IMAGE = gym.spaces.Box(0, 255, (10, 10, 1), np.uint8)  # RLlib has a default CNN for 10 x 10
 ACTIONS = gym.spaces.Discrete(4)
+CARTPOLE = gym.spaces.Box(-5.0, 5.0, (4,), np.float32)
+
+
+def _reduce_cartpole():
+    """RLlib's own SingleAgentObservationPreprocessor example (connectors/single_agent_observation_preprocessor.py)."""
+    from ray.rllib.examples.connectors.single_agent_observation_preprocessor import (
+        ReduceCartPoleObservationsToNonMarkovian,
+    )
+
+    return ReduceCartPoleObservationsToNonMarkovian()
 
 
 def _stream(space: gym.Space, seed: int = 0) -> list[tuple]:
@@ -86,6 +96,8 @@ CASES = {
         lambda: [PrevActionsPrevRewards(n_prev_actions=2, n_prev_rewards=3), FlattenObservations()], BOX),
     "mean_std_then_prev_actions": (lambda: [MeanStdFilter(), PrevActionsPrevRewards(), FlattenObservations()], BOX),
     "frame_stacking": (lambda: FrameStackingEnvToModule(num_frames=4), IMAGE),
+    "user_observation_preprocessor": (_reduce_cartpole, CARTPOLE),
+    "user_preprocessor_then_mean_std": (lambda: [_reduce_cartpole(), MeanStdFilter()], CARTPOLE),
 }
 
 
@@ -127,3 +139,57 @@ def test_a_piece_without_a_columnar_form_is_refused_by_name():
 
     with pytest.raises(UnsupportedConnector, match="WriteObservationsToEpisodes has no columnar form"):
         columnar_pipeline(_pipeline(lambda: WriteObservationsToEpisodes(), BOX), N)
+
+
+def test_a_user_preprocessor_with_preprocess_batch_gets_all_lanes_at_once():
+    from ray.rllib.connectors.env_to_module.observation_preprocessor import SingleAgentObservationPreprocessor
+
+    calls = []
+
+    class Doubled(SingleAgentObservationPreprocessor):
+        def recompute_output_observation_space(self, input_observation_space, input_action_space):
+            return input_observation_space
+
+        def preprocess(self, observation, episode):
+            return observation * 2.0
+
+        def preprocess_batch(self, observations):
+            calls.append(observations.shape)
+            return observations * 2.0
+
+    stream = _stream(BOX)
+    forms = columnar_pipeline(_pipeline(lambda: Doubled(), BOX), N)
+    np.testing.assert_allclose(apply(forms, stream[0][0], Step(stream[0][3])), stream[0][0] * 2.0)
+    assert calls == [(N, 3)]
+
+
+def test_a_user_preprocessor_that_reads_the_episode_is_refused_with_the_way_out():
+    from ray.rllib.connectors.env_to_module.observation_preprocessor import SingleAgentObservationPreprocessor
+
+    class ByAgent(SingleAgentObservationPreprocessor):
+        def recompute_output_observation_space(self, input_observation_space, input_action_space):
+            return input_observation_space
+
+        def preprocess(self, observation, episode):
+            return observation if episode.agent_id is None else -observation
+
+    with pytest.raises(UnsupportedConnector, match="ByAgent.preprocess.*episode=None.*preprocess_batch"):
+        columnar_pipeline(_pipeline(lambda: ByAgent(), BOX), N)
+
+
+def test_the_single_agent_observation_preprocessor_example_trains(ray_session):
+    """examples/connectors/single_agent_observation_preprocessor.py's piece on FastPPO (an MLP here, for speed; the
+    script's LSTM is RLlib's use_lstm, tested elsewhere): the module sees 2 of CartPole's 4 numbers."""
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+
+    config = (FastPPOConfig().environment("CartPole-v1")
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=4,
+                           env_to_module_connector=lambda env, spaces, device: _reduce_cartpole())
+              .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=1))
+    algo = config.build_algo()
+    try:
+        algo.train()
+        columns = algo.env_runner.sample_columns()
+        assert columns["obs"].shape[-1] == 2
+    finally:
+        algo.stop()
