@@ -105,17 +105,6 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                               "learners, which DDP cannot step in lockstep; use `num_learners` 0 or 1, or rl_speed's "
                               "recurrent module (`rl_module: recurrent`).")
         fragment = self.get_rollout_fragment_length()
-        runners = max(1, self.num_env_runners)
-        if self.rollout_fragment_length == "auto" and runners > 1 and self.total_train_batch_size % lanes:
-            # RLlib then gives the first runners one step more than the others; columns join along lanes, so
-            # every runner's rollout must have one length.
-            below = self.total_train_batch_size // lanes * lanes
-            self._value_error(
-                f"FastPPO: the train batch of {self.total_train_batch_size} steps does not split evenly over the "
-                f"{lanes} env lanes (num_envs_per_env_runner={self.num_envs_per_env_runner} x num_env_runners="
-                f"{runners}), so RLlib would give the runners rollouts of different lengths, which columns cannot "
-                f"join. Set train_batch_size_per_learner to a multiple of {lanes} (e.g. {below} or {below + lanes}), "
-                "or set rollout_fragment_length.")
         if self.is_recurrent:
             horizon = self.bptt_horizon if self.bptt_horizon is not None else bptt_horizon(self)
             if not isinstance(horizon, int) or horizon < 1:
@@ -145,6 +134,17 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 f"FastPPO: `minibatch_size`={self.minibatch_size} is larger than the {per_learner} steps each "
                 f"learner gets per iteration (rollout_fragment_length {fragment} x {lanes} lanes / {learners} "
                 "learners); lower `minibatch_size` or raise `train_batch_size_per_learner`.")
+
+    @override(PPOConfig)
+    def get_rollout_fragment_length(self, worker_index: int = 0) -> int:
+        """RLlib's ``auto`` rollout, but one length for every runner: ``ceil(train batch / env lanes)``. Where the batch
+        does not divide by the lanes, RLlib gives the first runners one step more than the others, and columns from
+        runners of different lengths cannot join; so the batch rounds up to a multiple of the lanes (512 over 40
+        lanes: 13 steps each, 520), as it already does for a single runner. A number given is used as it is."""
+        if self.rollout_fragment_length != "auto":
+            return self.rollout_fragment_length
+        lanes = self.num_envs_per_env_runner * max(1, self.num_env_runners or 0)
+        return max(1, -(-self.total_train_batch_size // lanes))
 
     @property
     def is_recurrent(self) -> bool:

@@ -247,13 +247,15 @@ def test_runners_holding_two_requests_keep_sampling_and_every_iteration_trains_o
         algo.stop()
 
 
-def test_a_batch_that_does_not_split_over_the_runners_lanes_is_refused_at_config_time():
-    """RLlib's `rollout_fragment_length: auto` gives runners rollouts of different lengths then (4,000 over 12 lanes:
-    334 and 333, as RLlib's async vectorization example configures it), which columns cannot join."""
+def test_every_runner_samples_one_rollout_length_where_the_batch_does_not_split_over_the_lanes():
+    """RLlib's `rollout_fragment_length: auto` gives the first runners one step more where the batch does not divide
+    by the lanes (4,000 over 12 lanes: 334 and 333, as RLlib's async vectorization example configures it), which
+    columns cannot join: FastPPO gives every runner the longer one (the batch rounds up to 4,008)."""
     from rl_speed.algorithms.fast_ppo import FastPPOConfig
 
     config = (FastPPOConfig().environment("CartPole-v1")
               .env_runners(num_env_runners=2, num_envs_per_env_runner=6, gym_env_vectorize_mode="async"))
-    with pytest.raises(ValueError, match=r"4000 steps does not split evenly over the 12 env lanes.*3996 or 4008"):
-        config.validate()
-    config.training(train_batch_size_per_learner=3996).validate()  # a multiple of 12 passes
+    config.validate()
+    assert [config.get_rollout_fragment_length(i) for i in (0, 1, 2)] == [334, 334, 334]
+    config.env_runners(rollout_fragment_length=50)
+    assert config.get_rollout_fragment_length(2) == 50
