@@ -78,9 +78,10 @@ class ColumnarConfigMixin:
         """The columnar learner, or a user's ``learner_class`` stacked on it (rl_speed.learners.user_learner)."""
         columnar = self.get_default_learner_class()
         chosen = user_learner_class(self)
-        if chosen is None or not (isinstance(chosen, type) and issubclass(chosen, rllib_base(columnar))):
-            return columnar if chosen is None else chosen  # (a class that is neither is refused by validate)
-        return stack_on_columns(chosen, columnar)
+        if chosen is None:
+            return columnar
+        # (a class of another family is returned as it is, and refused by validate: check_learner_class)
+        return stack_on_columns(chosen, columnar) if extends_rllib_base(chosen, columnar) else chosen
 
     def validate_columnar(self, name: str) -> None:
         """The shared checks; called first in each algorithm config's ``validate``."""
@@ -272,6 +273,11 @@ def user_learner_class(config: Any) -> type | None:
     return chosen
 
 
+def extends_rllib_base(chosen: Any, columnar: type) -> bool:
+    """Whether a user's learner class can be stacked on ``columnar``: it extends the RLlib learner that one extends."""
+    return isinstance(chosen, type) and issubclass(chosen, rllib_base(columnar))
+
+
 def check_learner_class(config: Any, name: str) -> None:
     """A user's ``learner_class`` runs stacked on the columnar learner (:mod:`rl_speed.learners.user_learner`), so it
     must extend the RLlib learner that one extends (PPOTorchLearner / DQNTorchLearner) or the columnar one itself."""
@@ -279,8 +285,8 @@ def check_learner_class(config: Any, name: str) -> None:
     if chosen is None:
         return
     columnar = config.get_default_learner_class()
-    base = rllib_base(columnar)
-    if not (isinstance(chosen, type) and issubclass(chosen, base)):
+    if not extends_rllib_base(chosen, columnar):
+        base = rllib_base(columnar)
         config._value_error(
             f"{name}: `learner_class`={getattr(chosen, '__name__', chosen)!r} does not extend RLlib's "
             f"{base.__name__}: {name} runs a user's learner stacked on its columnar learner ({columnar.__name__}), "

@@ -85,7 +85,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         super().validate()
         if self.in_evaluation:
             return
-        lanes = self.num_envs_per_env_runner * max(1, self.num_env_runners)
+        lanes = self.num_lanes
         learners = max(1, self.num_learners)
         if lanes % learners:
             self._value_error(
@@ -143,8 +143,12 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         lanes: 13 steps each, 520), as it already does for a single runner. A number given is used as it is."""
         if self.rollout_fragment_length != "auto":
             return self.rollout_fragment_length
-        lanes = self.num_envs_per_env_runner * max(1, self.num_env_runners or 0)
-        return max(1, -(-self.total_train_batch_size // lanes))
+        return max(1, -(-self.total_train_batch_size // self.num_lanes))
+
+    @property
+    def num_lanes(self) -> int:
+        """Env lanes over all runners: ``num_envs_per_env_runner`` x ``num_env_runners`` (1 for the local runner)."""
+        return self.num_envs_per_env_runner * max(1, self.num_env_runners or 0)
 
     @property
     def is_recurrent(self) -> bool:

@@ -202,9 +202,9 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 env_seconds += clock() - start
                 ended = self._step_copy(i, result, acting[base:base + a], columns, t)
                 if self._episode_callbacks is not None:  # the module's actions, as RLlib's episodes keep them
-                    module_actions = {aid: tree.map_structure(lambda c, k=base + k: c[t, k], columns[C.ACTIONS])
-                                      for k, aid in enumerate(agents) if acting[base + k]}
-                    self._episode_callbacks.after_step(i, t, module_actions, result, ended)
+                    acted = {aid: tree.map_structure(lambda c, k=base + k: c[t, k], columns[C.ACTIONS])
+                             for k, aid in enumerate(agents) if acting[base + k]}
+                    self._episode_callbacks.after_step(i, t, acted, result, ended)
                 columns[C.ENV_STEP][t, base] = True
                 env_steps += 1
                 if ended:
