@@ -18,6 +18,7 @@ A plain dict (not a class) so it crosses Ray's object store as a handful of larg
 | ``state_out`` | ``[1, N, ...]`` | float32 (like ``state_in``) | runner (stateful modules) | PPO learner (RLlib's stateful modules): the state after the last step, from which ``obs[T]`` is valued |
 | ``module`` | ``[T + 1, N]`` | int16 | multi-agent runner | PPO learner: which module owns ``obs[t]`` of a lane (an index into the sorted module ids of the ``MultiRLModule``; -1: no agent) |
 | ``env_step`` | ``[T, N]`` | bool | multi-agent runner | PPO learner's env-step count: True on the first lane of each env copy at each step the copy took (agent steps are ``valid``) |
+| ``next_row`` | ``[T, N]`` | int32 | multi-agent runner, turn-based envs | GAE: the row of ``obs`` that holds the lane's next observation after step t (``t + 1`` unless other agents took turns in between) |
 
 ``obs[t]`` is what the module saw at step t and ``obs[T]`` the observation after the last step, so the next
 observation of step t is always ``obs[t + 1]``. ``terminateds`` / ``truncateds`` say the episode ended at step t
@@ -29,7 +30,10 @@ always followed by ``obs[t + 1]`` of the same episode: after a termination or tr
 Multi-agent columns (:class:`rl_speed.env_runners.multi_agent.MultiAgentBatchedEnvRunner`): a lane is one agent slot
 of one env copy (lane ``i * A + a`` is agent ``a`` of copy ``i``), ``valid`` is True where that agent acted, and
 ``module`` says which module acted (fixed per slot for an episode; the invalid reset step after an episode end still
-belongs to the ended episode, like ``obs[t + 1]`` there).
+belongs to the ended episode, like ``obs[t + 1]`` there). In turn-based envs (agents acting in sequence) an agent
+that acted may observe again only some steps later: ``next_row`` then says where its next observation is, the
+rewards and episode end it receives meanwhile are written to the step it acted in, and the steps it waits are not
+``valid`` (as RLlib's per-agent episodes hold only the agent's own steps, nothing is discounted over the wait).
 
 Value estimates are not a column: the PPO learner computes them with the weights it trains, so a module's acting-time
 ``vf_preds`` would never be read.
@@ -60,10 +64,11 @@ STATE_IN = "state_in"
 STATE_OUT = "state_out"
 MODULE = "module"
 ENV_STEP = "env_step"
+NEXT_ROW = "next_row"
 
 REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 #: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.
-PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, IS_FIRST, ENV_STEP)
+PER_STEP = (ACTIONS, TERMINATEDS, TRUNCATEDS, VALID, ACTION_LOGP, ACTION_DIST_INPUTS, IS_FIRST, ENV_STEP, NEXT_ROW)
 
 
 def num_steps(columns: Columns) -> int:

@@ -19,12 +19,15 @@ import torch
 
 def vectorized_gae(values: torch.Tensor, rewards: torch.Tensor, terminateds: torch.Tensor,
                    truncateds: torch.Tensor, valid: torch.Tensor | None = None, *, gamma: float, lambda_: float,
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   next_row: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and value targets, both ``[T, N]`` float32.
 
     Args:
         values: ``[T + 1, N]`` value estimates of ``obs[0..T]`` (row T is the bootstrap observation's).
         rewards, terminateds, truncateds, valid: ``[T, N]``.
+        next_row: ``[T, N]`` (turn-based multi-agent columns, :data:`rl_speed.columns.NEXT_ROW`): the row of each
+            step's next observation. The steps between are the agent's wait (not valid); the recursion passes through
+            them undiscounted, so each valid step's advantage continues from the agent's next valid step.
     """
     t_len = rewards.shape[0]
     if values.shape[0] != t_len + 1 or values.shape[1:] != rewards.shape[1:]:
@@ -33,7 +36,10 @@ def vectorized_gae(values: torch.Tensor, rewards: torch.Tensor, terminateds: tor
     values = values.float()
     not_terminal = 1.0 - terminateds.float()
     propagate = not_terminal * (1.0 - truncateds.float()) * (gamma * lambda_)
-    deltas = rewards.float() + gamma * not_terminal * values[1:] - values[:-1]  # [T, N]
+    next_values = values[1:] if next_row is None else values.gather(0, next_row.long())
+    if next_row is not None and valid is not None:
+        propagate = torch.where(valid, propagate, torch.ones_like(propagate))
+    deltas = rewards.float() + gamma * not_terminal * next_values - values[:-1]  # [T, N]
     if valid is not None:
         deltas = deltas * valid.float()
     advantages = torch.zeros_like(values)  # [T + 1, N]; row T stays 0 (nothing to propagate past the rollout)

@@ -196,7 +196,7 @@ def check_multi_agent(config: Any, name: str) -> None:
         config._value_error(f"{name} (multi-agent): " + "; ".join(problems) + ". Or use stock RLlib.")
     env = make_probe_env(config)
     try:
-        check_multi_agent_env(env, name)
+        check_multi_agent_env(env, name, turn_based=getattr(config, "supports_turn_based_envs", False))
     except ValueError as e:
         config._value_error(str(e))
     finally:

@@ -62,6 +62,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     multi_agent_learners = True  # the learners agree on each module's minibatch count (rl_speed.learners.update_loop)
     supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss, rl_speed.learners.cuda_graph)
     cuda_graph_learners = True  # the batch splits evenly over the learners (checked in validate below)
+    supports_turn_based_envs = True  # GAE follows the `next_row` column (rl_speed.env_runners.multi_agent)
 
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:
@@ -115,11 +116,10 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 source = ("`max_seq_len` in the module's model_config" if self.bptt_horizon is None
                           else "`bptt_horizon`")
                 self._value_error(
-                    f"FastPPO: the rollout of {fragment} steps per env (train_batch_size_per_learner="
-                    f"{self.train_batch_size_per_learner} over {lanes} env lanes, or rollout_fragment_length) is not "
-                    f"a multiple of the recurrent chunk length {horizon} ({source}); the columnar runner samples "
-                    f"whole chunks. Set train_batch_size_per_learner={fitting * lanes} (a rollout of {fitting}), or "
-                    f"rollout_fragment_length to a multiple of {horizon}, or a chunk length that divides {fragment}.")
+                    f"FastPPO: `rollout_fragment_length`={fragment} is not a multiple of the recurrent chunk length "
+                    f"{horizon} ({source}); the columnar runner samples whole chunks. Set rollout_fragment_length="
+                    f"{fitting}, or 'auto' (which rounds up to whole chunks), or a chunk length that divides "
+                    f"{fragment}.")
             # RLlib-style stateful modules: minibatches of whole padded sequences, as many as fit in minibatch_size
             # steps (as in stock PPO); rl_speed's module: an explicit bptt_horizon must divide the minibatch.
             if (isinstance(self.minibatch_size, int) and self.minibatch_size % horizon
@@ -140,10 +140,18 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
         """RLlib's ``auto`` rollout, but one length for every runner: ``ceil(train batch / env lanes)``. Where the batch
         does not divide by the lanes, RLlib gives the first runners one step more than the others, and columns from
         runners of different lengths cannot join; so the batch rounds up to a multiple of the lanes (512 over 40
-        lanes: 13 steps each, 520), as it already does for a single runner. A number given is used as it is."""
+        lanes: 13 steps each, 520), as it already does for a single runner. With a recurrent module the rollout also
+        rounds up to whole chunks of ``bptt_horizon`` (or ``max_seq_len``) steps, because the runner records the state
+        at every chunk start where RLlib pads its sequences: 1,024 over 2 lanes with ``max_seq_len`` 20 gives 520
+        steps each. A number given is used as it is (and refused at validation if it is not whole chunks)."""
         if self.rollout_fragment_length != "auto":
             return self.rollout_fragment_length
-        return max(1, -(-self.total_train_batch_size // self.num_lanes))
+        steps = max(1, -(-self.total_train_batch_size // self.num_lanes))
+        if self.is_recurrent:
+            horizon = self.bptt_horizon if self.bptt_horizon is not None else bptt_horizon(self)
+            if isinstance(horizon, int) and horizon >= 1:
+                steps = -(-steps // horizon) * horizon
+        return steps
 
     @property
     def num_lanes(self) -> int:

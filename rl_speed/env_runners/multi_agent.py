@@ -6,12 +6,15 @@ A lane is one agent slot of one env copy: with ``N`` copies of a ``MultiAgentEnv
 once per agent per episode). Each step makes one forward pass per module over the lanes it acts for; lanes whose
 agent is absent, already done, or whose copy is resetting are ``valid`` False (not trained on, not counted).
 
-What the env must be (checked when the config is validated, :func:`check_multi_agent_env`): agents act
-simultaneously (every agent that is not done is in every observation dict), from a known ``possible_agents`` list,
-all with one observation space and one action space (the modules may differ). Agents may end early (their own
+What the env must be (checked when the config is validated, :func:`check_multi_agent_env`): agents from a known
+``possible_agents`` list, all with one observation space and one action space (the modules may differ). Agents act
+simultaneously, or (FastPPO) in turns: an agent that acted and has no next observation waits, its transition open,
+until it observes again; the rewards and the episode end it gets meanwhile go to the step it acted in, and the
+``next_row`` column tells GAE where its next observation is (:mod:`rl_speed.columns`). A transition still open when
+the rollout ends is not trained on (RLlib's runner moves it into the next chunk). Agents may end early (their own
 ``terminateds`` / ``truncateds``); the copy ends at ``__all__`` and restarts one step later, as gymnasium's NEXT_STEP
-autoreset does (that step is not a transition). A reward given to an agent that did not act in that step is added to
-its next action's reward, as RLlib's episodes do.
+autoreset does (that step is not a transition). A reward given to an agent that has not acted yet is added to its
+next action's reward, as RLlib's episodes do.
 
 RLlib's own ``sample()`` (episodes; evaluation, ``Algorithm.evaluate()``) is inherited and shares the envs.
 Episode metrics use RLlib's keys and windows: ``episode_return_mean`` is the sum over agents,
@@ -52,13 +55,17 @@ from rl_speed.env_runners.batched import (_set_runner_threads, _write, clip_rewa
                                           to_env_actions)
 
 
+NOT_OPEN, DROPPED = -1, -2  # a lane's open-transition row (turn-based envs): none, or one in an earlier rollout
+
+
 class TurnBasedEnvError(ValueError):
     """The env's agents act in turns; the columnar path needs agents that act together."""
 
 
-def check_multi_agent_env(env: MultiAgentEnv, name: str) -> None:
+def check_multi_agent_env(env: MultiAgentEnv, name: str, turn_based: bool = False) -> None:
     """Refuses envs the multi-agent columns cannot represent, naming the reason: agents with different spaces, or
-    agents that act in turns (a reset or a step whose observations leave out an agent that is not done)."""
+    (unless ``turn_based`` is supported) agents that act in turns (a reset or a step whose observations leave out an
+    agent that is not done)."""
     env = env.unwrapped
     agents = list(env.possible_agents or [])
     if not agents:
@@ -73,13 +80,15 @@ def check_multi_agent_env(env: MultiAgentEnv, name: str) -> None:
             raise ValueError(f"{name}: agents {agents[0]!r} and {other!r} have different {kind} spaces ({first} vs "
                              f"{spaces[other]}); the multi-agent columns need one {kind} space for all agents. "
                              "Pad the spaces to one shape, or train this env with stock PPO.")
+    if turn_based:
+        return
     obs, _ = env.reset(seed=0)
     absent = [aid for aid in agents if aid not in obs]
     if absent:
         raise TurnBasedEnvError(
             f"{name}: after reset, agents {absent[:5]} have no observation: this looks like a turn-based env "
-            "(agents acting in sequence). The columnar path needs agents that act together; use stock PPO (RLlib's "
-            "MultiAgentEnvRunner) for turn-based envs.")
+            f"(agents acting in sequence), which {name}'s columns do not represent; FastPPO trains turn-based envs, "
+            "or use stock RLlib.")
     actions = {aid: act_spaces[aid].sample() for aid in obs}
     obs, _, terminateds, truncateds, _ = env.step(actions)
     if not (terminateds.get("__all__") or truncateds.get("__all__")):
@@ -87,8 +96,8 @@ def check_multi_agent_env(env: MultiAgentEnv, name: str) -> None:
         if skipped:
             raise TurnBasedEnvError(
                 f"{name}: agents {skipped[:5]} acted, are not done, and have no next observation: this looks like "
-                "a turn-based env (agents acting in sequence). The columnar path needs agents that act together; "
-                "use stock PPO (RLlib's MultiAgentEnvRunner) for turn-based envs.")
+                f"a turn-based env (agents acting in sequence), which {name}'s columns do not represent; FastPPO "
+                "trains turn-based envs, or use stock RLlib.")
 
 
 class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
@@ -105,6 +114,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._obs: Any = None  # [L, ...] last observation of every lane, continued across sample_columns() calls
         self._columnar = False
         self._finished: list[tuple] = []  # episodes finished since the last get_metrics()
+        # Turn-based envs: the algorithm's learner reads `next_row` (FastPPO); others refuse them at config time.
+        self._turn_based = bool(getattr(self.config, "supports_turn_based_envs", False))
         # RLlib's episode callbacks and rl_speed's on_sample_columns: episodes are built only when one is set.
         names = configured_callbacks(self.config, self._callbacks)
         self._episode_callbacks = MultiAgentEpisodeCallbacks(self, names) if names else None
@@ -124,6 +135,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._module = np.full(lanes, -1, np.int16)
         self._resetting = np.zeros(n, bool)  # copies whose next step is a reset step
         self._pending_reward = np.zeros(lanes, np.float64)
+        self._open = np.full(lanes, NOT_OPEN, np.int64)  # turn-based: the row of a lane's open transition
         self._lane_return = np.zeros(lanes, np.float64)
         self._lane_steps = np.zeros(lanes, np.int64)
         self._env_len = np.zeros(n, np.int64)
@@ -171,6 +183,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
             C.MODULE: np.empty((steps + 1, lanes), np.int16),
             C.ENV_STEP: np.zeros((steps, lanes), bool),
         }
+        if self._turn_based:
+            columns[C.NEXT_ROW] = np.repeat(np.arange(1, steps + 1, dtype=np.int32)[:, None], lanes, axis=1)
         runners = self.config.num_env_runners or 1
         env_steps = episodes = 0
         agents = self._agents
@@ -213,6 +227,9 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                     episodes += 1
         _write(columns[C.OBS], steps, self._obs)
         columns[C.MODULE][steps] = self._module
+        still_open = np.flatnonzero(self._open >= 0)  # their next observation comes in a later rollout
+        columns[C.VALID][self._open[still_open], still_open] = False
+        self._open[still_open] = DROPPED
         log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
         return columns, env_steps, episodes
 
@@ -226,31 +243,40 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         if self._plain_step(result, acting, lanes, columns, t):
             return False
         term_all, trunc_all = bool(terminateds.get("__all__")), bool(truncateds.get("__all__"))
-        # A reward for an agent that did not act waits for its next action (RLlib's episodes do the same).
-        reward = np.array([rewards.get(aid, 0.0) for aid in agents], np.float64) + self._pending_reward[lanes]
-        self._pending_reward[lanes] = np.where(acting, 0.0, reward)
-        reward = np.where(acting, reward, 0.0)
-        terminated = np.array([bool(terminateds.get(aid, term_all)) for aid in agents]) & acting
-        truncated = np.array([bool(truncateds.get(aid, trunc_all)) for aid in agents]) & acting & ~terminated
-        if term_all or trunc_all:
-            truncated |= acting & ~terminated  # the copy ended around agents that were not done: cut, bootstrap
+        ended = term_all or trunc_all
+        raw = np.array([rewards.get(aid, 0.0) for aid in agents], np.float64)
+        open_row = self._open[lanes]
+        waiting = open_row != NOT_OPEN  # turn-based: acted earlier, no observation since
+        # A reward for an agent that has not acted yet waits for its first action (RLlib's episodes do the same).
+        reward = np.where(acting, raw + self._pending_reward[lanes], 0.0)
+        self._pending_reward[lanes] = np.where(acting | waiting, 0.0, raw + self._pending_reward[lanes])
+        ends = acting | waiting  # the transitions an episode end applies to
+        terminated = np.array([bool(terminateds.get(aid, term_all)) for aid in agents]) & ends
+        truncated = np.array([bool(truncateds.get(aid, trunc_all)) for aid in agents]) & ends & ~terminated
+        if ended:
+            truncated |= ends & ~terminated  # the copy ended around agents that were not done: cut, bootstrap
         done = terminated | truncated
         has_obs = np.array([aid in obs for aid in agents])
         skipped = acting & ~has_obs & ~done
         if skipped.any():
-            raise TurnBasedEnvError(
-                f"MultiAgentBatchedEnvRunner: agent {agents[int(np.argmax(skipped))]!r} acted, is not done, and has "
-                "no next observation: the env is turn-based (agents acting in sequence), which the columnar path "
-                "does not support; use stock PPO (RLlib's MultiAgentEnvRunner).")
+            if not self._turn_based:
+                raise TurnBasedEnvError(
+                    f"MultiAgentBatchedEnvRunner: agent {agents[int(np.argmax(skipped))]!r} acted, is not done, and "
+                    "has no next observation: the env is turn-based (agents acting in sequence), which this "
+                    "algorithm's columns do not represent; FastPPO trains turn-based envs, or use stock RLlib.")
+            self._open[np.arange(lanes.start, lanes.stop)[skipped]] = t
+        if waiting.any():
+            self._close_waiting(lanes.start, waiting, open_row, raw, terminated, truncated, has_obs | done, t,
+                                columns)
         columns[C.REWARDS][t, lanes] = clip_rewards(reward, self.config.clip_rewards)  # metrics keep the raw ones
-        columns[C.TERMINATEDS][t, lanes] = terminated
-        columns[C.TRUNCATEDS][t, lanes] = truncated
+        columns[C.TERMINATEDS][t, lanes] = terminated & acting
+        columns[C.TRUNCATEDS][t, lanes] = truncated & acting
         columns[C.VALID][t, lanes] = acting
-        self._lane_return[lanes] += reward
+        self._lane_return[lanes] += reward + np.where(waiting, raw, 0.0)
         self._lane_steps[lanes] += acting
         self._done[lanes] |= done
-        joining = has_obs & ~acting & ~self._done[lanes] & (not (term_all or trunc_all))  # agents that join late
-        write = has_obs & (acting | joining)  # acting agents' next (or final) observations, and joiners' first
+        joining = has_obs & ~acting & ~self._done[lanes] & (not ended)  # late joiners, and agents whose turn it is
+        write = has_obs & (acting | joining | waiting)  # next (or final) observations, and joiners' first
         if write.all() and isinstance(self._obs, np.ndarray):  # the common case: one array copy per env step
             self._obs[lanes] = np.stack([obs[aid] for aid in agents])
         elif write.all():
@@ -258,8 +284,25 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         else:
             for k in np.flatnonzero(write):
                 _write(self._obs, i * a + k, obs[agents[k]])
-        self._present[lanes] = (acting & ~done) | joining
-        return term_all or trunc_all
+        self._present[lanes] = (acting & ~done & has_obs) | joining
+        return ended
+
+    def _close_waiting(self, first: int, waiting: np.ndarray, open_row: np.ndarray, raw: np.ndarray,
+                       terminated: np.ndarray, truncated: np.ndarray, closing: np.ndarray, t: int,
+                       columns: Columns) -> None:
+        """Turn-based: what waiting agents receive in step ``t`` goes to the step they acted in (their open row):
+        rewards, and the episode's end; an observation (or the end) closes the transition, its next observation in
+        ``obs[t + 1]``. A transition opened in an earlier rollout was dropped from training: only the metrics see it."""
+        for k in np.flatnonzero(waiting):
+            lane, row = first + k, open_row[k]
+            if row >= 0:
+                columns[C.REWARDS][row, lane] += clip_rewards(raw[k], self.config.clip_rewards)
+                columns[C.TERMINATEDS][row, lane] = terminated[k]
+                columns[C.TRUNCATEDS][row, lane] = truncated[k]
+                if closing[k]:
+                    columns[C.NEXT_ROW][row, lane] = t + 1
+            if closing[k]:
+                self._open[lane] = NOT_OPEN
 
     def _plain_step(self, result: tuple, acting: np.ndarray, lanes: slice, columns: Columns, t: int) -> bool:
         """The common step, written with a few array ops: every agent acted, every one has its next observation,
@@ -300,6 +343,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._present[lanes] = False
         self._done[lanes] = False
         self._pending_reward[lanes] = 0.0
+        self._open[lanes] = NOT_OPEN
         self._lane_return[lanes] = 0.0
         self._lane_steps[lanes] = 0
         for k, aid in enumerate(self._agents):

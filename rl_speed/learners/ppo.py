@@ -203,9 +203,10 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
                 values[where] = module.compute_values(
                     {RLlibColumns.OBS: tree.map_structure(lambda o: o[where], obs)}).float()
         valid = tensor(columns[C.VALID])
+        next_row = tensor(columns[C.NEXT_ROW]) if C.NEXT_ROW in columns else None
         advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
                                              tensor(columns[C.TRUNCATEDS]), valid, gamma=self.config.gamma,
-                                             lambda_=self.config.lambda_)
+                                             lambda_=self.config.lambda_, next_row=next_row)
         batches = {}
         for index, module_id in enumerate(module_ids):
             if not self.should_module_be_updated(module_id):
@@ -280,9 +281,10 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             value_batch = {RLlibColumns.OBS: flat_obs}
             values = module.compute_values(value_batch).reshape(t_len + 1, n)
         valid = tensor(columns[C.VALID])
+        next_row = tensor(columns[C.NEXT_ROW]) if C.NEXT_ROW in columns else None  # (turn-based, a shared policy)
         advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
                                              tensor(columns[C.TRUNCATEDS]), valid, gamma=self.config.gamma,
-                                             lambda_=self.config.lambda_)
+                                             lambda_=self.config.lambda_, next_row=next_row)
         # As RLlib's GeneralAdvantageEstimation: standardized over the learner's batch (population std, floored at
         # 1e-4), but over real steps only.
         advantages = standardize(advantages, valid, min_std=1e-4)

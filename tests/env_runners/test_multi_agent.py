@@ -53,12 +53,34 @@ class Countdown(MultiAgentEnv):
         return obs, rewards, terminateds, {"__all__": False}, {}
 
 
-class TakeTurns(Countdown):
-    """Only one agent observes (acts) per step."""
+class TakeTurns(MultiAgentEnv):
+    """Two players move in turns, "a" first, 5 moves in all. A move earns the mover 0.1 and the waiting player 1.0;
+    after the last move (a's) both observe, a gets +10 and b -10. Observation: [player, moves so far]."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b"]
+        self.observation_spaces = {aid: gym.spaces.Box(0, 100, (2,), np.float32) for aid in self.agents}
+        self.action_spaces = {aid: gym.spaces.Discrete(2) for aid in self.agents}
+        self.t = 0
+
+    def _obs(self, aid):
+        return np.array([self.agents.index(aid), self.t], np.float32)
 
     def reset(self, *, seed=None, options=None):
         self.t = 0
-        return {"a0": self._obs("a0")}, {}
+        return {"a": self._obs("a")}, {}
+
+    def step(self, actions):
+        (mover,) = actions
+        other = "b" if mover == "a" else "a"
+        self.t += 1
+        rewards = {mover: 0.1, other: 1.0}
+        if self.t == 5:
+            rewards = {"a": rewards["a"] + 10.0, "b": rewards["b"] - 10.0}
+            return ({aid: self._obs(aid) for aid in self.agents}, rewards, {"__all__": True}, {"__all__": False},
+                    {})
+        return {other: self._obs(other)}, rewards, {"__all__": False}, {"__all__": False}, {}
 
 
 class MixedSpaces(Countdown):
@@ -149,13 +171,99 @@ def test_policy_mapping_per_episode(ray_session):
         runner.stop()
 
 
-@pytest.mark.parametrize("env, message", [
-    (TakeTurns, "turn-based"),
-    (MixedSpaces, "different observation spaces"),
+def _turns_config(fragment: int):
+    return (ma_config(TakeTurns, mapping=lambda aid, episode, **kw: "odd" if aid == "b" else "even")
+            .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=fragment))
+
+
+def test_turn_based_env_writes_each_agents_transitions_to_the_step_it_acted_in(ray_session):
+    config = _turns_config(6)
+    config.validate()  # FastPPO takes turn-based envs
+    runner = MultiAgentBatchedEnvRunner(config=config)
+    try:
+        cols = runner.sample_columns()
+        C.check(cols)
+        a, b = 0, 1
+        assert np.flatnonzero(cols[C.VALID][:, a]).tolist() == [0, 2, 4]  # moves 1, 3, 5; step 5 resets
+        assert np.flatnonzero(cols[C.VALID][:, b]).tolist() == [1, 3]
+        # Each move's reward: the mover's 0.1 plus what arrives while it waits (1.0 per opponent move, +-10 at
+        # the end); b's first move also carries the 1.0 it got before it ever moved.
+        assert cols[C.REWARDS][[0, 2, 4], a] == pytest.approx([1.1, 1.1, 10.1])
+        assert cols[C.REWARDS][[1, 3], b] == pytest.approx([2.1, -8.9])
+        assert np.flatnonzero(cols[C.TERMINATEDS][:, a]).tolist() == [4]
+        assert np.flatnonzero(cols[C.TERMINATEDS][:, b]).tolist() == [3]  # the end reaches b's last move
+        assert cols[C.NEXT_ROW][[0, 2], a].tolist() == [2, 4] and cols[C.NEXT_ROW][[1, 3], b].tolist() == [3, 5]
+        assert cols[C.OBS][3, b].tolist() == [1.0, 3.0]  # b's move-4 observation, its next after row 1
+        assert cols[C.OBS][5, b].tolist() == [1.0, 5.0]  # its final observation
+        metrics = tree.map_structure(lambda stat: stat.peek(), runner.get_metrics())
+        assert metrics["agent_episode_returns_mean"]["a"] == pytest.approx(12.3)
+        assert metrics["agent_episode_returns_mean"]["b"] == pytest.approx(-6.8)
+    finally:
+        runner.stop()
+
+
+def test_turn_based_gae_equals_gae_over_each_agents_own_steps():
+    from rl_speed.gae import vectorized_gae
+
+    gamma, lam = 0.9, 0.8
+    runner = MultiAgentBatchedEnvRunner(config=_turns_config(6))
+    try:
+        cols = runner.sample_columns()
+    finally:
+        runner.stop()
+    values = torch.arange(1.0, 15.0).reshape(7, 2)  # any values: one per row and lane
+    adv, _ = vectorized_gae(values, torch.tensor(cols[C.REWARDS]), torch.tensor(cols[C.TERMINATEDS]),
+                            torch.tensor(cols[C.TRUNCATEDS]), torch.tensor(cols[C.VALID]), gamma=gamma,
+                            lambda_=lam, next_row=torch.tensor(cols[C.NEXT_ROW]))
+    for lane, rows in ((0, [0, 2, 4]), (1, [1, 3])):
+        expected, carry = {}, 0.0  # RLlib's GAE over the agent's own episode: its steps only, ending terminated
+        for k in reversed(range(len(rows))):
+            row, last = rows[k], k == len(rows) - 1
+            following = 0.0 if last else float(values[rows[k + 1], lane])
+            delta = float(cols[C.REWARDS][row, lane]) + gamma * following - float(values[row, lane])
+            carry = delta + (0.0 if last else gamma * lam * carry)
+            expected[row] = carry
+        assert [float(adv[r, lane]) for r in rows] == pytest.approx([expected[r] for r in rows], rel=1e-5)
+
+
+def test_turn_based_transition_still_open_at_the_rollout_end_is_not_trained_on(ray_session):
+    runner = MultiAgentBatchedEnvRunner(config=_turns_config(4))
+    try:
+        first, second = runner.sample_columns(), runner.sample_columns()
+        # b moved at step 3 and observes only in the next rollout: dropped (RLlib's runner would move it there)
+        assert np.flatnonzero(first[C.VALID][:, 1]).tolist() == [1]
+        assert np.flatnonzero(first[C.VALID][:, 0]).tolist() == [0, 2]  # a's move at 2 closed at step 3
+        # the next rollout: a moves (step 4 of the episode), the end reaches a; b's dropped move gets nothing
+        assert second[C.VALID][0].tolist() == [True, False] and second[C.TERMINATEDS][0, 0]
+        assert not second[C.TERMINATEDS][:2, 1].any() and second[C.REWARDS][:2, 1].sum() == pytest.approx(0.0)
+        assert not second[C.VALID][1].any()  # the reset step; then b's first move of the next episode carries 1.1
+        assert second[C.REWARDS][3, 1] == pytest.approx(1.1)
+        metrics = tree.map_structure(lambda stat: stat.peek(), runner.get_metrics())
+        assert metrics["agent_episode_returns_mean"]["b"] == pytest.approx(-6.8)  # the metrics see everything
+    finally:
+        runner.stop()
+
+
+def test_fast_ppo_trains_a_turn_based_env(ray_session):
+    algo = _turns_config(20).training(train_batch_size_per_learner=20, minibatch_size=10).build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert result["env_runners"]["agent_episode_returns_mean"]["a"] == pytest.approx(12.3)
+        assert np.isfinite(result["learners"]["odd"]["policy_loss"])
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("config, message", [
+    (lambda: ma_config(MixedSpaces), "different observation spaces"),
+    (lambda: (FastDQNConfig().environment(TakeTurns)
+              .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")),
+     r"FastDQN: after reset, agents \['b'\] have no observation.*turn-based.*FastPPO trains turn-based envs"),
 ])
-def test_config_refuses_what_columns_cannot_hold(env, message):
+def test_config_refuses_what_columns_cannot_hold(config, message):
     with pytest.raises(ValueError, match=message):
-        ma_config(env).validate()
+        config().validate()
 
 
 def test_config_refusals_name_the_key():

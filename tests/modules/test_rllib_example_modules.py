@@ -110,15 +110,19 @@ def test_dict_observations_reach_the_module_as_a_dict(ray_session):
         algo.stop()
 
 
-def test_a_stateful_module_whose_rollout_is_not_whole_chunks_is_refused_at_config_time():
+def test_a_stateful_modules_auto_rollout_rounds_up_to_whole_chunks_and_a_given_one_is_checked():
     from rl_speed.algorithms.fast_ppo import FastPPOConfig
 
-    # custom_lstm_rl_module.py's settings: 1,024 steps over 2 runners is 512 per env, not a multiple of max_seq_len 20.
+    # custom_lstm_rl_module.py's settings: 1,024 steps over 2 runners is 512 per env, not whole chunks of 20.
     config = (FastPPOConfig().environment(StatelessCartPole).env_runners(num_env_runners=2)
               .training(train_batch_size_per_learner=1024)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=LSTMContainingRLModule,
                                                      model_config={"max_seq_len": 20})))
-    with pytest.raises(ValueError, match=r"rollout of 512 steps.*max_seq_len.*train_batch_size_per_learner=1040"):
+    config.validate()
+    assert config.get_rollout_fragment_length() == 520  # 26 chunks of 20 per runner
+    config.env_runners(rollout_fragment_length=512)
+    with pytest.raises(ValueError, match=r"`rollout_fragment_length`=512 is not a multiple of the recurrent chunk "
+                                         r"length 20 \(`max_seq_len`.*rollout_fragment_length=520"):
         config.validate()
 
 
@@ -146,9 +150,8 @@ def test_action_masking_example_configuration_obeys_the_mask(ray_session):
 @pytest.mark.slow
 def test_custom_lstm_example_configuration_reaches_its_stop_reward(ray_session):
     """examples/rl_modules/custom_lstm_rl_module.py's configuration (StatelessCartPole, LSTMContainingRLModule with
-    its model_config, 2 env runners, 6 epochs, lr 0.0009) reaches the script's stop reward of 300. One change, which
-    FastPPO asks for at config time: 1,040 steps per iteration instead of 1,024, so each runner's rollout (520) is
-    whole chunks of max_seq_len 20. Measured on 2 cores (2026-11-28): the first iteration at 300 or more after 53 s
+    its model_config, 2 env runners, 1,024 steps per iteration, 6 epochs, lr 0.0009) reaches the script's stop reward
+    of 300. FastPPO rounds each runner's auto rollout up to whole chunks of max_seq_len 20 (512 -> 520). Measured on 2 cores (2026-11-28): the first iteration at 300 or more after 53 s
     (the iteration means are noisy: 98-608 over the following minutes)."""
     import time
 
@@ -159,7 +162,7 @@ def test_custom_lstm_example_configuration_reaches_its_stop_reward(ray_session):
     register_env("stateless_cartpole", lambda cfg: StatelessCartPole())
     config = (FastPPOConfig().environment("stateless_cartpole")
               .env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
-              .training(train_batch_size_per_learner=1040, num_epochs=6, lr=0.0009, vf_loss_coeff=0.001,
+              .training(train_batch_size_per_learner=1024, num_epochs=6, lr=0.0009, vf_loss_coeff=0.001,
                         entropy_coeff=0.0)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=LSTMContainingRLModule, model_config={
                   "lstm_cell_size": 256, "dense_layers": [256, 256], "max_seq_len": 20})))
