@@ -18,6 +18,7 @@ A plain dict (not a class) so it crosses Ray's object store as a handful of larg
 | ``state_out`` | ``[1, N, ...]`` | float32 (like ``state_in``) | runner (stateful modules) | PPO learner (RLlib's stateful modules): the state after the last step, from which ``obs[T]`` is valued |
 | ``module`` | ``[T + 1, N]`` | int16 | multi-agent runner | PPO learner: which module owns ``obs[t]`` of a lane (an index into the sorted module ids of the ``MultiRLModule``; -1: no agent) |
 | ``env_step`` | ``[T, N]`` | bool | multi-agent runner | PPO learner's env-step count: True on the first lane of each env copy at each step the copy took (agent steps are ``valid``) |
+| ``by_module`` | ``[1, N]`` | bool | multi-agent runner, agents with different spaces | marks the per-module layout: ``obs``, ``actions``, ``action_logp`` and ``action_dist_inputs`` are dicts keyed by module id, each in that module's space (zeros where another module acts) |
 | ``next_row`` | ``[T, N]`` | int32 | multi-agent runner, turn-based envs | GAE: the row of ``obs`` that holds the lane's next observation after step t (``t + 1`` unless other agents took turns in between) |
 
 ``obs[t]`` is what the module saw at step t and ``obs[T]`` the observation after the last step, so the next
@@ -65,6 +66,7 @@ STATE_OUT = "state_out"
 MODULE = "module"
 ENV_STEP = "env_step"
 NEXT_ROW = "next_row"
+BY_MODULE = "by_module"
 
 REQUIRED = (OBS, ACTIONS, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 #: Keys with one row per step (``[T, N, ...]``); ``obs`` has T + 1 rows and ``state_in`` one row per chunk.

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import tree
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.utils.annotations import override
@@ -183,9 +185,6 @@ def check_multi_agent(config: Any, name: str) -> None:
     if (config.model_config or {}).get("use_lstm") or getattr(config, "is_recurrent", False):
         problems.append("recurrent modules (`use_lstm`, rl_speed's recurrent module, or a module of your own with a "
                         "recurrent state) are single-agent only here")
-    if config._env_to_module_connector is not None:
-        problems.append("`env_to_module_connector` pieces have no multi-agent columnar form; move the work into the "
-                        "env or the RLModule")
     if config.count_steps_by != "env_steps":
         problems.append(f"`count_steps_by`={config.count_steps_by!r}: batches are counted in env steps here (a rollout "
                         "is `rollout_fragment_length` env steps of every copy); use 'env_steps'")
@@ -196,11 +195,38 @@ def check_multi_agent(config: Any, name: str) -> None:
         config._value_error(f"{name} (multi-agent): " + "; ".join(problems) + ". Or use stock RLlib.")
     env = make_probe_env(config)
     try:
-        check_multi_agent_env(env, name, turn_based=getattr(config, "supports_turn_based_envs", False))
+        module_obs_spaces = multi_agent_connector_spaces(config, env, name)
+        check_multi_agent_env(env, name, turn_based=getattr(config, "supports_turn_based_envs", False),
+                              mixed_spaces=getattr(config, "supports_mixed_spaces", False),
+                              module_obs_spaces=module_obs_spaces)
     except ValueError as e:
         config._value_error(str(e))
     finally:
         env.close()
+
+
+def multi_agent_connector_spaces(config: Any, env: Any, name: str) -> dict | None:
+    """The user's multi-agent env-to-module pieces, built on the driver as the runners build them: each agent's
+    observation space after them (None without pieces); a piece without a per-copy form is refused, naming it."""
+    from ray.rllib.env import INPUT_ENV_SINGLE_SPACES
+
+    from rl_speed.connectors.env_to_module import UnsupportedConnector, multi_agent_pipeline
+
+    if config._env_to_module_connector is None:
+        return None
+    agents = list(env.unwrapped.possible_agents or [])
+    spaces = tuple(gym.spaces.Dict({aid: get(aid) for aid in agents})
+                   for get in (env.unwrapped.get_observation_space, env.unwrapped.get_action_space))
+    try:
+        pipeline = config.build_env_to_module_connector(spaces={INPUT_ENV_SINGLE_SPACES: spaces})
+    except Exception as e:  # RLlib's own pieces fail here on spaces they cannot take
+        raise ValueError(f"{name}: `env_to_module_connector` could not be built for the env's spaces: "
+                         f"{type(e).__name__}: {e}") from e
+    try:
+        forms = multi_agent_pipeline(pipeline)
+    except UnsupportedConnector as e:
+        raise ValueError(f"{name}: `env_to_module_connector`: {e}") from e
+    return dict(forms[-1].piece.observation_space.spaces) if forms else None
 
 
 def probe_spaces(config: Any) -> tuple[gym.Space, gym.Space]:
@@ -216,6 +242,18 @@ def probe_spaces(config: Any) -> tuple[gym.Space, gym.Space]:
         env.close()
 
 
+def first_observation(config: Any) -> Any:
+    """The env's first observation (seed 0) as a batch of one, ``[1, ...]``, from an env built on the driver."""
+    env = make_probe_env(config)
+    try:
+        obs, _ = env.reset(seed=0)
+        if hasattr(env, "num_envs") and hasattr(env, "single_observation_space"):  # a vector env: its first lane
+            return tree.map_structure(lambda o: np.asarray(o)[:1], obs)
+        return tree.map_structure(lambda o: np.asarray(o)[None], obs)
+    finally:
+        env.close()
+
+
 def check_connectors(config: Any, name: str) -> None:
     """Every connector setting is honoured on the columnar path or refused here, before Ray starts.
 
@@ -227,7 +265,7 @@ def check_connectors(config: Any, name: str) -> None:
     from ray.rllib.connectors.common.frame_stacking import FrameStacking
     from ray.rllib.env import INPUT_ENV_SINGLE_SPACES
 
-    from rl_speed.connectors.env_to_module import UnsupportedConnector, columnar_pipeline
+    from rl_speed.connectors.env_to_module import UnsupportedConnector, columnar_pipeline, probe_raw_pieces
 
     for key in ("env_to_module", "module_to_env", "learner"):
         if not getattr(config, f"add_default_connectors_to_{key}_pipeline"):
@@ -238,10 +276,11 @@ def check_connectors(config: Any, name: str) -> None:
         config._value_error(f"{name}: `module_to_env_connector` pieces do not run on the columnar path (the runner "
                             "samples actions from the module's outputs itself); post-process actions in the env "
                             "(a gymnasium wrapper) or the RLModule, or use stock RLlib.")
-    if config._env_to_module_connector is None and config._learner_connector is None:
+    multi_agent_pieces = config._env_to_module_connector if config.is_multi_agent else None  # (check_multi_agent)
+    if config._env_to_module_connector in (None, multi_agent_pieces) and config._learner_connector is None:
         return
     obs_space, act_space = probe_spaces(config)
-    if config._env_to_module_connector is not None:
+    if config._env_to_module_connector is not None and not config.is_multi_agent:
         try:
             pipeline = config.build_env_to_module_connector(
                 spaces={INPUT_ENV_SINGLE_SPACES: (obs_space, act_space)})
@@ -249,7 +288,7 @@ def check_connectors(config: Any, name: str) -> None:
             config._value_error(f"{name}: `env_to_module_connector` could not be built for the env's spaces "
                                 f"(observations {obs_space}, actions {act_space}): {type(e).__name__}: {e}")
         try:
-            columnar_pipeline(pipeline, num_lanes=1)
+            probe_raw_pieces(columnar_pipeline(pipeline, num_lanes=1), first_observation(config))
         except UnsupportedConnector as e:
             config._value_error(f"{name}: `env_to_module_connector`: {e}")
     if config._learner_connector is not None:

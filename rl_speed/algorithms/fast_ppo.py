@@ -63,6 +63,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss, rl_speed.learners.cuda_graph)
     cuda_graph_learners = True  # the batch splits evenly over the learners (checked in validate below)
     supports_turn_based_envs = True  # GAE follows the `next_row` column (rl_speed.env_runners.multi_agent)
+    supports_mixed_spaces = True  # the learner reads the per-module columns (rl_speed.columns.BY_MODULE)
 
     @override(PPOConfig)
     def __init__(self, algo_class: type | None = None) -> None:

@@ -9,8 +9,12 @@ checkpoints) holds the piece's state, ``Algorithm`` merges it across env runners
 (``merge_env_runner_states``) and pushes it to the evaluation runners, which run RLlib's own pipeline.
 
 Each form returns what RLlib's piece would put in front of the module for that lane, so the columns (and the
-replay buffer, and the learner) see exactly the module's inputs. Pieces without a columnar form are refused with
-:class:`UnsupportedConnector` (never silently skipped). RLlib's default pieces (observations, time rank, states,
+replay buffer, and the learner) see exactly the module's inputs. A user's own pieces run as RLlib documents them:
+``SingleAgentObservationPreprocessor`` subclasses (per lane, or all lanes at once through ``preprocess_batch``), and
+any other ``ConnectorV2`` piece that only rewrites each episode's last observation (one shim episode per lane that
+refuses, by name, any other access). Pieces that cannot run are refused with :class:`UnsupportedConnector` when the
+config is validated (never silently skipped). Multi-agent pipelines run per env copy on its observation dict
+(:func:`multi_agent_pipeline`). RLlib's default pieces (observations, time rank, states,
 batching, numpy-to-tensor) are what the columnar runner does natively.
 
 Lanes are visited in index order within a step, as RLlib visits its episodes, so stateful forms (the filter's
@@ -35,9 +39,15 @@ from ray.rllib.connectors.common import (
     NumpyToTensor,
 )
 from ray.rllib.connectors.common.flatten_observations import FlattenObservations
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.connectors.common.frame_stacking import FrameStacking
 from ray.rllib.connectors.env_to_module import MeanStdFilter, PrevActionsPrevRewards
-from ray.rllib.connectors.env_to_module.observation_preprocessor import SingleAgentObservationPreprocessor
+from ray.rllib.connectors.env_to_module.observation_preprocessor import (
+    MultiAgentObservationPreprocessor,
+    SingleAgentObservationPreprocessor,
+)
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.filter import RunningStat
 from ray.rllib.utils.numpy import SMALL_NUMBER, flatten_inputs_to_1d_tensor, one_hot
 
@@ -255,6 +265,8 @@ def _form(piece: Any, num_lanes: int) -> Any:
         return ColumnarFrameStacking(piece)
     if isinstance(piece, SingleAgentObservationPreprocessor):
         return ColumnarObservationPreprocessor(piece)
+    if isinstance(piece, ConnectorV2):
+        return ColumnarLastObservationPiece(piece)
     raise UnsupportedConnector(
         f"The env-to-module connector piece {type(piece).__name__} has no columnar form, and rl_speed never skips a "
         f"connector silently. Columnar forms exist for {', '.join(SUPPORTED)}. Move the transformation into the env "
@@ -262,10 +274,172 @@ def _form(piece: Any, num_lanes: int) -> Any:
 
 
 SUPPORTED = ("MeanStdFilter", "FlattenObservations", "PrevActionsPrevRewards", "FrameStackingEnvToModule",
-             "SingleAgentObservationPreprocessor subclasses")
+             "SingleAgentObservationPreprocessor subclasses", "any ConnectorV2 piece that only rewrites each "
+             "episode's last observation")
+
+
+class LastObservationEpisode(SingleAgentEpisode):
+    """One lane's current observation as the last entry of an episode: all a piece may touch is
+    ``get_observations(-1)`` and ``set_observations(new_data=..., at_indices=-1)``. Anything else (earlier steps,
+    actions, rewards, ids, ...) raises :class:`UnsupportedConnector` naming it, rather than giving a wrong answer:
+    the columnar runner keeps no episode history."""
+
+    _ALLOWED = frozenset({"get_observations", "set_observations", "_only_last", "observation", "piece_name"})
+
+    @override(SingleAgentEpisode)
+    def __init__(self, observation: Any, piece_name: str) -> None:  # (no SingleAgentEpisode state on purpose)
+        object.__setattr__(self, "observation", observation)
+        object.__setattr__(self, "piece_name", piece_name)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("__") or name in LastObservationEpisode._ALLOWED:
+            return object.__getattribute__(self, name)
+        raise UnsupportedConnector(
+            f"{object.__getattribute__(self, 'piece_name')} reads `episode.{name}`: on the columnar path a raw "
+            "ConnectorV2 piece sees only each lane's last observation (get_observations(-1) / set_observations("
+            "at_indices=-1)). Write it as a SingleAgentObservationPreprocessor (with `preprocess_batch` for all "
+            "lanes at once), or use stock RLlib.")
+
+    @override(SingleAgentEpisode)
+    def get_observations(self, indices: Any = -1, **kwargs: Any) -> Any:
+        self._only_last("get_observations", indices, kwargs)
+        return self.observation
+
+    @override(SingleAgentEpisode)
+    def set_observations(self, *, new_data: Any, at_indices: Any = -1, **kwargs: Any) -> None:
+        self._only_last("set_observations", at_indices, kwargs)
+        object.__setattr__(self, "observation", new_data)
+
+    def _only_last(self, method: str, index: Any, kwargs: dict) -> None:
+        if index != -1 or any(v not in (None, False) for v in kwargs.values()):
+            raise UnsupportedConnector(
+                f"{self.piece_name} calls `episode.{method}({index!r}, {kwargs})`: on the columnar path a raw "
+                "ConnectorV2 piece sees only each lane's last observation (index -1). Write it as a "
+                "SingleAgentObservationPreprocessor, or use stock RLlib.")
+
+
+class ColumnarLastObservationPiece:
+    """Any other ``ConnectorV2`` piece that rewrites each episode's last observation in place (RLlib's pattern for
+    decoders, e.g. its protobuf example): called once per step with one :class:`LastObservationEpisode` per lane, in
+    lane order, and the rewritten observations stacked (a Python call per lane per step, as RLlib's runner pays).
+    Probed when the config is validated with the env's first observation (:func:`probe_raw_pieces`); a piece that
+    touches more than the last observation, or writes into the batch itself, is refused naming what it did."""
+
+    def __init__(self, piece: Any) -> None:
+        self.piece = piece
+        self.name = type(piece).__name__
+
+    def _call(self, observations: list) -> list:
+        episodes = [LastObservationEpisode(o, self.name) for o in observations]
+        batch: dict = {}
+        self.piece(rl_module=None, batch=batch, episodes=episodes, explore=None, shared_data={})
+        if batch:
+            raise UnsupportedConnector(f"{self.name} writes {sorted(batch)} into the batch itself; on the columnar "
+                                       "path a raw ConnectorV2 piece may only rewrite each lane's last observation. "
+                                       "Use stock RLlib for it.")
+        return [e.observation for e in episodes]
+
+    def __call__(self, obs: Any, step: Step) -> Any:
+        lanes = len(tree.flatten(obs)[0])
+        rows = self._call([tree.map_structure(lambda x: x[i], obs) for i in range(lanes)])
+        return tree.map_structure(lambda *xs: np.stack(xs), *rows)
+
+
+def probe_raw_pieces(forms: list, first_obs: Any) -> None:
+    """Runs the forms on one real observation (``[1, ...]``) when any of them is a raw ConnectorV2 piece, so a piece
+    that cannot run on the columnar path is refused before anything starts, with what it did."""
+    if not any(isinstance(f, ColumnarLastObservationPiece) for f in forms):
+        return
+    obs, step = first_obs, Step(np.ones(1, bool))
+    for form in forms:
+        try:
+            obs = form(obs, step)
+        except UnsupportedConnector:
+            raise
+        except Exception as e:
+            raise UnsupportedConnector(
+                f"{type(getattr(form, 'piece', form)).__name__} failed on the env's first observation on the columnar "
+                f"path ({type(e).__name__}: {e}); a raw ConnectorV2 piece runs there with one observation per lane, "
+                "`rl_module=None` and no history. Write it as a SingleAgentObservationPreprocessor, or use stock "
+                "RLlib.") from e
 
 
 def apply(forms: list, obs: Any, step: Step) -> Any:
     for form in forms:
         obs = form(obs, step)
     return obs
+
+
+# Multi-agent pipelines. The multi-agent runner receives one observation dict per env copy per step (agent id ->
+# observation, only the agents that observe), as RLlib's pieces see the last entry of each MultiAgentEpisode; the
+# forms map such a dict to the module inputs, once per copy per step, in copy order (RLlib's episode order).
+
+
+class MultiAgentFlattenObservations:
+    """RLlib's ``FlattenObservations(multi_agent=True, agent_ids=..., keys_to_remove=...)`` on one copy's dict: each
+    listed agent's observation (all agents if none are listed) flattened by its own space, others as they are."""
+
+    def __init__(self, piece: FlattenObservations) -> None:
+        self.piece = piece
+        self.structs = piece._input_obs_base_struct  # agent id -> the agent's space structure (keys removed)
+        self.agent_ids = set(piece._agent_ids) if piece._agent_ids is not None else None
+        self.keys_to_remove = set(piece._keys_to_remove)
+
+    def __call__(self, observations: dict) -> dict:
+        out = {}
+        for aid, obs in observations.items():
+            if self.agent_ids is not None and aid not in self.agent_ids:
+                out[aid] = obs
+                continue
+            if self.keys_to_remove:
+                obs = {k: v for k, v in obs.items() if k not in self.keys_to_remove}
+            out[aid] = np.asarray(flatten_inputs_to_1d_tensor(obs, self.structs[aid], batch_axis=False),
+                                  np.float32).reshape(-1)
+        return out
+
+
+class MultiAgentPreprocessorForm:
+    """A user's ``MultiAgentObservationPreprocessor``: its ``preprocess(observations, episode)`` once per copy per
+    step (a Python call per copy, as on RLlib's runner), with ``episode`` None (the columnar runner keeps no episode
+    objects; a piece that reads it is refused when the config is validated, probed with a sample of its input)."""
+
+    def __init__(self, piece: MultiAgentObservationPreprocessor) -> None:
+        self.piece = piece
+        try:
+            piece.preprocess(piece.input_observation_space.sample(), None)
+        except Exception as e:
+            raise UnsupportedConnector(
+                f"{type(piece).__name__}.preprocess(observations, episode) failed with episode=None "
+                f"({type(e).__name__}: {e}): the columnar runner has no episode objects; make the piece work from "
+                "the observations alone, or use stock RLlib.") from e
+
+    def __call__(self, observations: dict) -> dict:
+        return self.piece.preprocess(observations, None)
+
+
+def multi_agent_pipeline(rllib_pipeline: Any) -> list:
+    """The per-copy forms of the pieces of the runner's multi-agent env-to-module pipeline, in order; raises
+    :class:`UnsupportedConnector` naming the first piece that has none."""
+    forms: list = []
+    for piece in rllib_pipeline.connectors:
+        if isinstance(piece, NATIVE):
+            continue
+        if type(piece) is FlattenObservations and piece._multi_agent and not piece._as_learner_connector:
+            forms.append(MultiAgentFlattenObservations(piece))
+        elif isinstance(piece, MultiAgentObservationPreprocessor):
+            forms.append(MultiAgentPreprocessorForm(piece))
+        else:
+            raise UnsupportedConnector(
+                f"The multi-agent env-to-module connector piece {type(piece).__name__} has no columnar form, and "
+                f"rl_speed never skips a connector silently. Multi-agent forms exist for {', '.join(MULTI_AGENT)}. "
+                "Move the transformation into the env or the RLModule, or train with stock RLlib.")
+    return forms
+
+
+MULTI_AGENT = ("FlattenObservations(multi_agent=True)", "MultiAgentObservationPreprocessor subclasses")
+
+
+def apply_per_copy(forms: list, observations: dict) -> dict:
+    for form in forms:
+        observations = form(observations)
+    return observations

@@ -7,7 +7,8 @@ once per agent per episode). Each step makes one forward pass per module over th
 agent is absent, already done, or whose copy is resetting are ``valid`` False (not trained on, not counted).
 
 What the env must be (checked when the config is validated, :func:`check_multi_agent_env`): agents from a known
-``possible_agents`` list, all with one observation space and one action space (the modules may differ). Agents act
+``possible_agents`` list. Agents with different observation or action spaces (FastPPO) get the per-module layout
+(:data:`rl_speed.columns.BY_MODULE`: each module's observations, actions and outputs in its own columns). Agents act
 simultaneously, or (FastPPO) in turns: an agent that acted and has no next observation waits, its transition open,
 until it observes again; the rewards and the episode end it gets meanwhile go to the step it acted in, and the
 ``next_row`` column tells GAE where its next observation is (:mod:`rl_speed.columns`). A transition still open when
@@ -16,6 +17,8 @@ the rollout ends is not trained on (RLlib's runner moves it into the next chunk)
 autoreset does (that step is not a transition). A reward given to an agent that has not acted yet is added to its
 next action's reward, as RLlib's episodes do.
 
+The user's env-to-module pieces run per copy on its observation dict (RLlib's ``FlattenObservations(multi_agent=True)``
+and ``MultiAgentObservationPreprocessor`` subclasses; :func:`rl_speed.connectors.env_to_module.multi_agent_pipeline`).
 RLlib's own ``sample()`` (episodes; evaluation, ``Algorithm.evaluate()``) is inherited and shares the envs.
 Episode metrics use RLlib's keys and windows: ``episode_return_mean`` is the sum over agents,
 ``agent_episode_returns_mean/<agent>``, ``module_episode_returns_mean/<module>``, env steps and agent / module steps;
@@ -50,6 +53,7 @@ from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from rl_speed import columns as C
 from rl_speed.columns import Columns
+from rl_speed.connectors.env_to_module import apply_per_copy, multi_agent_pipeline
 from rl_speed.env_runners.episode_callbacks import MultiAgentEpisodeCallbacks, configured_callbacks
 from rl_speed.env_runners.batched import (_set_runner_threads, _write, clip_rewards, log_step_timers, module_actions,
                                           to_env_actions)
@@ -62,24 +66,32 @@ class TurnBasedEnvError(ValueError):
     """The env's agents act in turns; the columnar path needs agents that act together."""
 
 
-def check_multi_agent_env(env: MultiAgentEnv, name: str, turn_based: bool = False) -> None:
-    """Refuses envs the multi-agent columns cannot represent, naming the reason: agents with different spaces, or
-    (unless ``turn_based`` is supported) agents that act in turns (a reset or a step whose observations leave out an
-    agent that is not done)."""
+def _zeros(sample: Any, rows: int) -> Any:
+    """``[rows, ...]`` zeros shaped like one observation (a structure of arrays for Dict / Tuple spaces)."""
+    return tree.map_structure(lambda x: np.zeros((rows, *np.shape(x)), np.asarray(x).dtype), sample)
+
+
+def check_multi_agent_env(env: MultiAgentEnv, name: str, turn_based: bool = False, mixed_spaces: bool = False,
+                          module_obs_spaces: dict | None = None) -> None:
+    """Refuses envs the multi-agent columns cannot represent, naming the reason: (unless ``mixed_spaces`` is
+    supported) agents with different spaces, or (unless ``turn_based`` is) agents that act in turns (a reset or a step
+    whose observations leave out an agent that is not done). ``module_obs_spaces``: each agent's observation space
+    after the env-to-module pieces."""
     env = env.unwrapped
     agents = list(env.possible_agents or [])
     if not agents:
         raise ValueError(f"{name}: the MultiAgentEnv has no `possible_agents`; the columnar path needs the full list "
                          "of agents up front (one lane per agent). Set `self.possible_agents` in its __init__.")
-    obs_spaces = {aid: env.get_observation_space(aid) for aid in agents}
+    obs_spaces = {aid: (module_obs_spaces or {}).get(aid) or env.get_observation_space(aid) for aid in agents}
     act_spaces = {aid: env.get_action_space(aid) for aid in agents}
-    for kind, spaces in (("observation", obs_spaces), ("action", act_spaces)):
+    for kind, spaces in (("observation", obs_spaces), ("action", act_spaces)) if not mixed_spaces else ():
         first = spaces[agents[0]]
         other = next((aid for aid in agents if spaces[aid] != first), None)
         if other is not None:
             raise ValueError(f"{name}: agents {agents[0]!r} and {other!r} have different {kind} spaces ({first} vs "
-                             f"{spaces[other]}); the multi-agent columns need one {kind} space for all agents. "
-                             "Pad the spaces to one shape, or train this env with stock PPO.")
+                             f"{spaces[other]}); {name}'s multi-agent columns need one {kind} space for all agents "
+                             "(FastPPO trains agents with different spaces). Pad the spaces to one shape, or use "
+                             "stock RLlib.")
     if turn_based:
         return
     obs, _ = env.reset(seed=0)
@@ -114,6 +126,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._obs: Any = None  # [L, ...] last observation of every lane, continued across sample_columns() calls
         self._columnar = False
         self._finished: list[tuple] = []  # episodes finished since the last get_metrics()
+        # The per-copy forms of the user's env-to-module pieces (RLlib built its pipeline above).
+        self._forms = multi_agent_pipeline(self._env_to_module) if self._env_to_module is not None else []
         # Turn-based envs: the algorithm's learner reads `next_row` (FastPPO); others refuse them at config time.
         self._turn_based = bool(getattr(self.config, "supports_turn_based_envs", False))
         # RLlib's episode callbacks and rl_speed's on_sample_columns: episodes are built only when one is set.
@@ -126,10 +140,18 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._envs = envs
         n, a = len(envs), len(self._agents)
         lanes = n * a
-        space = envs[0].get_observation_space(self._agents[0])
-        sample = space.sample()
-        self._obs = tree.map_structure(lambda x: np.zeros((lanes, *np.shape(x)), np.asarray(x).dtype), sample)
-        self._action_struct = get_base_struct_from_space(envs[0].get_action_space(self._agents[0]))
+        obs_spaces = [self._forms[-1].piece.observation_space[aid] if self._forms  # what the module sees
+                      else envs[0].get_observation_space(aid) for aid in self._agents]
+        act_spaces = [envs[0].get_action_space(aid) for aid in self._agents]
+        # Agents with different spaces: obs, actions and the module's outputs are kept per module (see C.BY_MODULE).
+        self._by_module = any(o != obs_spaces[0] for o in obs_spaces) or any(x != act_spaces[0] for x in act_spaces)
+        if self._by_module:
+            self._obs = {mid: _zeros(self.module[mid].observation_space.sample(), lanes) for mid in self.module_ids}
+            self._action_struct = {mid: get_base_struct_from_space(self.module[mid].action_space)
+                                   for mid in self.module_ids}
+        else:
+            self._obs = _zeros(obs_spaces[0].sample(), lanes)
+            self._action_struct = get_base_struct_from_space(act_spaces[0])
         self._present = np.zeros(lanes, bool)  # the agent has an observation and acts next step
         self._done = np.zeros(lanes, bool)  # the agent's episode ended before its copy's
         self._module = np.full(lanes, -1, np.int16)
@@ -183,6 +205,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
             C.MODULE: np.empty((steps + 1, lanes), np.int16),
             C.ENV_STEP: np.zeros((steps, lanes), bool),
         }
+        if self._by_module:
+            columns[C.BY_MODULE] = np.ones((1, lanes), bool)
         if self._turn_based:
             columns[C.NEXT_ROW] = np.repeat(np.arange(1, steps + 1, dtype=np.int32)[:, None], lanes, axis=1)
         runners = self.config.num_env_runners or 1
@@ -198,7 +222,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
             actions = self._act(columns, t, acting, explore, random_actions,
                                 self.num_env_steps_sampled_lifetime + t * n * runners)
             inference_seconds += clock() - start
-            flat = list(actions) if isinstance(actions, np.ndarray) else None  # per-lane scalars, read once
+            flat = list(actions) if isinstance(actions, (np.ndarray, list)) else None  # per-lane actions, read once
             for i, env in enumerate(self._envs):
                 base = i * a
                 if self._resetting[i]:
@@ -214,9 +238,11 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                 start = clock()
                 result = env.step(action_dict)
                 env_seconds += clock() - start
+                if self._forms:
+                    result = (apply_per_copy(self._forms, result[0]), *result[1:])
                 ended = self._step_copy(i, result, acting[base:base + a], columns, t)
                 if self._episode_callbacks is not None:  # the module's actions, as RLlib's episodes keep them
-                    acted = {aid: tree.map_structure(lambda c, k=base + k: c[t, k], columns[C.ACTIONS])
+                    acted = {aid: self._lane_action(columns, t, base + k)
                              for k, aid in enumerate(agents) if acting[base + k]}
                     self._episode_callbacks.after_step(i, t, acted, result, ended)
                 columns[C.ENV_STEP][t, base] = True
@@ -279,11 +305,11 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         write = has_obs & (acting | joining | waiting)  # next (or final) observations, and joiners' first
         if write.all() and isinstance(self._obs, np.ndarray):  # the common case: one array copy per env step
             self._obs[lanes] = np.stack([obs[aid] for aid in agents])
-        elif write.all():
+        elif write.all() and not self._by_module:
             _write(self._obs, lanes, tree.map_structure(lambda *xs: np.stack(xs), *[obs[aid] for aid in agents]))
         else:
             for k in np.flatnonzero(write):
-                _write(self._obs, i * a + k, obs[agents[k]])
+                self._set_obs(i * a + k, obs[agents[k]])
         self._present[lanes] = (acting & ~done & has_obs) | joining
         return ended
 
@@ -335,6 +361,8 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         # What policy_mapping_fn receives (its id_ tells episodes apart); with callbacks, the episode they get.
         episode = callbacks.new_episode(i, env) if callbacks is not None else MultiAgentEpisode()
         obs, infos = env.reset(seed=seed)
+        if self._forms:
+            obs = apply_per_copy(self._forms, obs)
         if i == len(self._envs) - 1:
             self._seed_next_reset = False
         if callbacks is not None:
@@ -355,7 +383,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                                  f"{module_id!r}, which is not one of the modules {self.module_ids}.")
             self._module[i * a + k] = self.module_ids.index(module_id)
             if aid in obs:
-                _write(self._obs, i * a + k, obs[aid])
+                self._set_obs(i * a + k, obs[aid])
                 self._present[i * a + k] = True
         self._resetting[i] = False
         self._env_len[i] = 0
@@ -365,23 +393,67 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
              timestep: int) -> Any:
         """One forward pass per module over the lanes it acts for; actions (and log-probs, distribution inputs)
         written into the columns. Returns the env's actions for all lanes (zeros where nobody acts)."""
+        by_module = self._by_module
         actions = tree.map_structure(lambda c: c[t], columns[C.ACTIONS])
+        env_actions: list | None = [None] * len(acting) if by_module else None
         for index, mid in enumerate(self.module_ids):
             idx = np.flatnonzero(acting & (self._module == index))
             if not len(idx):
                 continue
-            obs = tree.map_structure(lambda o: o[idx], self._obs)
+            obs = tree.map_structure(lambda o: o[idx], self._obs[mid] if by_module else self._obs)
             if random_actions:
-                space = self._envs[0].get_action_space(self._agents[0])
+                space = self.module[mid].action_space
                 chosen, extra = np.stack([space.sample() for _ in idx]), {}
             else:
                 chosen, extra, _ = module_actions(self.module[mid], obs, explore, timestep, device=self._device)
             for key, value in extra.items():
+                if by_module:
+                    self._extra_column(columns, key, mid, value)[t, idx] = value
+                    continue
                 if key not in columns:
                     columns[key] = np.zeros((len(columns[C.REWARDS]), len(acting), *value.shape[1:]), value.dtype)
                 columns[key][t, idx] = value
-            tree.map_structure(lambda dst, src: dst.__setitem__(idx, src), actions, chosen)
+            mine = actions[mid] if by_module else actions
+            tree.map_structure(lambda dst, src: dst.__setitem__(idx, src), mine, chosen)
+            if by_module:
+                converted = to_env_actions(chosen, self._action_struct[mid], self.config)
+                for j, lane in enumerate(idx):
+                    env_actions[lane] = tree.map_structure(lambda x, j=j: x[j], converted)
+        if by_module:
+            return env_actions
         return to_env_actions(actions, self._action_struct, self.config)
+
+    # Agents with different spaces (C.BY_MODULE): each module's observations, actions and outputs in its own columns.
+
+    def _set_obs(self, lane: int, value: Any) -> None:
+        """The lane's observation, into the array of the module that acts for it."""
+        _write(self._obs[self.module_ids[self._module[lane]]] if self._by_module else self._obs, lane, value)
+
+    def _lane_action(self, columns: Columns, t: int, lane: int) -> Any:
+        chosen = columns[C.ACTIONS][self.module_ids[self._module[lane]]] if self._by_module else columns[C.ACTIONS]
+        return tree.map_structure(lambda c: c[t, lane], chosen)
+
+    def _extra_column(self, columns: Columns, key: str, mid: str, value: np.ndarray) -> np.ndarray:
+        """``columns[key][mid]``, made on first use (every module's entry, so all runners' columns match)."""
+        if key not in columns:
+            t_len, lanes = columns[C.REWARDS].shape
+            columns[key] = {}
+            for other in self.module_ids:
+                shape = value.shape[1:] if other == mid else self._extra_shape(key, other)
+                columns[key][other] = np.zeros((t_len, lanes, *shape), np.float32)
+        return columns[key][mid]
+
+    def _extra_shape(self, key: str, mid: str) -> tuple:
+        """The per-step shape of a module's output ``key`` (log-probs, distribution inputs), from one forward pass of
+        a sampled observation; () where the module gives none (a heuristic module)."""
+        cache = self.__dict__.setdefault("_extra_shapes", {})
+        if (key, mid) not in cache:
+            sample = _zeros(self.module[mid].observation_space.sample(), 1)
+            _, extra, _ = module_actions(self.module[mid], sample, True, 0, device=self._device)
+            for k, v in extra.items():
+                cache[(k, mid)] = v.shape[1:]
+            cache.setdefault((key, mid), ())
+        return cache[(key, mid)]
 
     def _finish_episode(self, i: int) -> None:
         a = len(self._agents)

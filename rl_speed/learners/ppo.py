@@ -191,7 +191,13 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             return {module_ids[0]: self.compute_advantages(module_ids[0], columns)} \
                 if self.should_module_be_updated(module_ids[0]) else {}
         owner = tensor(columns[C.MODULE]).long()  # [T + 1, L]
-        obs = tree.map_structure(tensor, columns[C.OBS])  # [T + 1, L, ...]
+        by_module = C.BY_MODULE in columns  # agents with different spaces: each module's data in its own columns
+
+        def of(key: str, module_id: str) -> Any:
+            return columns[key][module_id] if by_module else columns[key]
+
+        obs = ({mid: tree.map_structure(tensor, columns[C.OBS][mid]) for mid in module_ids} if by_module
+               else tree.map_structure(tensor, columns[C.OBS]))  # [T + 1, L, ...]
         rewards = tensor(columns[C.REWARDS])
         values = torch.zeros(owner.shape, device=device)
         for index, module_id in enumerate(module_ids):
@@ -200,8 +206,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             # none); the other lanes' advantages are never read.
             if self.should_module_be_updated(module_id) and where.any():
                 module = self.module[module_id].unwrapped()
+                mine = obs[module_id] if by_module else obs
                 values[where] = module.compute_values(
-                    {RLlibColumns.OBS: tree.map_structure(lambda o: o[where], obs)}).float()
+                    {RLlibColumns.OBS: tree.map_structure(lambda o: o[where], mine)}).float()
         valid = tensor(columns[C.VALID])
         next_row = tensor(columns[C.NEXT_ROW]) if C.NEXT_ROW in columns else None
         advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
@@ -215,10 +222,10 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             if not rows.any():
                 continue
             batches[module_id] = {
-                RLlibColumns.OBS: tree.map_structure(lambda o: o[:-1][rows], obs),
-                RLlibColumns.ACTIONS: tree.map_structure(lambda a: tensor(a)[rows], columns[C.ACTIONS]),
-                RLlibColumns.ACTION_LOGP: tensor(columns[C.ACTION_LOGP])[rows],
-                RLlibColumns.ACTION_DIST_INPUTS: tensor(columns[C.ACTION_DIST_INPUTS])[rows],
+                RLlibColumns.OBS: tree.map_structure(lambda o: o[:-1][rows], obs[module_id] if by_module else obs),
+                RLlibColumns.ACTIONS: tree.map_structure(lambda a: tensor(a)[rows], of(C.ACTIONS, module_id)),
+                RLlibColumns.ACTION_LOGP: tensor(of(C.ACTION_LOGP, module_id))[rows],
+                RLlibColumns.ACTION_DIST_INPUTS: tensor(of(C.ACTION_DIST_INPUTS, module_id))[rows],
                 RLlibColumns.VF_PREDS: values[:-1][rows],
                 Postprocessing.ADVANTAGES: standardize(advantages[rows], torch.ones_like(rows[rows]), min_std=1e-4),
                 Postprocessing.VALUE_TARGETS: targets[rows],

@@ -134,11 +134,63 @@ def test_frozen_filter_does_not_update_its_statistics():
         before[None]["running_stats"][0]["num_pushes"] == 0
 
 
-def test_a_piece_without_a_columnar_form_is_refused_by_name():
-    from ray.rllib.connectors.env_to_module import WriteObservationsToEpisodes
+def _protobuf_stream() -> tuple[gym.Space, list]:
+    """Observations of RLlib's protobuf-encoded CartPole (examples/envs/env_w_protobuf_observations.py), N envs
+    stepped with random actions, each reset when its episode ends."""
+    from ray.rllib.examples.envs.classes.cartpole_with_protobuf_observation_space import (
+        CartPoleWithProtobufObservationSpace,
+    )
 
-    with pytest.raises(UnsupportedConnector, match="WriteObservationsToEpisodes has no columnar form"):
-        columnar_pipeline(_pipeline(lambda: WriteObservationsToEpisodes(), BOX), N)
+    envs = [CartPoleWithProtobufObservationSpace() for _ in range(N)]
+    obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
+    first, stream, rng = np.ones(N, bool), [], np.random.default_rng(0)
+    for _ in range(T):
+        stream.append((np.stack(obs), rng.integers(0, 2, N), np.ones(N, np.float32), first.copy()))
+        for i, env in enumerate(envs):
+            if first[i] and len(stream) > 1:
+                first[i] = False
+            o, _, terminated, truncated, _ = env.step(int(rng.integers(2)))
+            if terminated or truncated:
+                o, _ = env.reset()
+                first[i] = True
+            obs[i] = o
+    return envs[0].observation_space, stream
+
+
+def test_a_raw_piece_that_rewrites_the_last_observation_gives_rllibs_inputs():
+    from ray.rllib.examples.connectors.classes.protobuf_cartpole_observation_decoder import (
+        ProtobufCartPoleObservationDecoder,
+    )
+
+    space, stream = _protobuf_stream()
+    expected, _ = _rllib_inputs(lambda: ProtobufCartPoleObservationDecoder(), space, stream)
+    got, pipeline = _columnar_inputs(lambda: ProtobufCartPoleObservationDecoder(), space, stream)
+    for t, (want, have) in enumerate(zip(expected, got)):
+        np.testing.assert_array_equal(have, want, err_msg=f"step {t}")
+
+
+class _ReadsHistory(__import__("ray.rllib.connectors.connector_v2", fromlist=["ConnectorV2"]).ConnectorV2):
+    """Adds the previous observation: needs history the columnar path does not keep."""
+
+    def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None, **kwargs):
+        for episode in self.single_agent_episode_iterator(episodes):
+            episode.set_observations(new_data=episode.get_observations(-1) - episode.get_observations(-2),
+                                     at_indices=-1)
+        return batch
+
+
+@pytest.mark.parametrize("make_piece, message", [
+    (lambda: _ReadsHistory(), r"_ReadsHistory calls `episode.get_observations\(-2"),
+    (lambda: __import__("ray.rllib.connectors.env_to_module", fromlist=["x"]).WriteObservationsToEpisodes(),
+     r"WriteObservationsToEpisodes.*failed on the env's first observation"),
+])
+def test_a_raw_piece_that_needs_more_than_the_last_observation_is_refused_at_config_time(make_piece, message):
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+
+    config = FastPPOConfig().environment("CartPole-v1").env_runners(
+        env_to_module_connector=lambda env, spaces, device: make_piece())
+    with pytest.raises(ValueError, match=r"FastPPO: `env_to_module_connector`: .*" + message):
+        config.validate()
 
 
 def test_a_user_preprocessor_with_preprocess_batch_gets_all_lanes_at_once():
@@ -191,5 +243,93 @@ def test_the_single_agent_observation_preprocessor_example_trains(ray_session):
         algo.train()
         columns = algo.env_runner.sample_columns()
         assert columns["obs"].shape[-1] == 2
+    finally:
+        algo.stop()
+
+
+# Multi-agent pipelines: the per-copy forms (rl_speed.connectors.env_to_module.multi_agent_pipeline) against RLlib's own
+# pipeline on a MultiAgentEpisode, over RLlib's example of a MultiAgentObservationPreprocessor (agents end up with
+# different spaces: one flattened, one not).
+
+
+def _double_row_corridor_config(pieces, config_class=PPOConfig):
+    from ray.rllib.examples.envs.classes.multi_agent.double_row_corridor_env import DoubleRowCorridorEnv
+
+    return (config_class().environment(DoubleRowCorridorEnv)
+            .env_runners(env_to_module_connector=lambda env, spaces, device: pieces())
+            .multi_agent(policies={"p0", "p1"},
+                         policy_mapping_fn=lambda aid, episode, **kw: "p0" if aid == "agent_0" else "p1"))
+
+
+def _corridor_pieces():
+    from ray.rllib.examples.connectors.classes.add_other_agents_row_index_to_xy_pos import (
+        AddOtherAgentsRowIndexToXYPos,
+    )
+
+    return [AddOtherAgentsRowIndexToXYPos(), FlattenObservations(multi_agent=True, agent_ids=["agent_0"])]
+
+
+def test_multi_agent_forms_give_the_modules_rllibs_inputs():
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+    from ray.rllib.examples.envs.classes.multi_agent.double_row_corridor_env import DoubleRowCorridorEnv
+
+    from rl_speed.connectors.env_to_module import apply_per_copy, multi_agent_pipeline
+
+    config = _double_row_corridor_config(_corridor_pieces)
+    env = DoubleRowCorridorEnv()
+    agents = env.possible_agents
+    spaces = tuple(gym.spaces.Dict({aid: get(aid) for aid in agents})
+                   for get in (env.get_observation_space, env.get_action_space))
+    pipeline = config.build_env_to_module_connector(spaces={INPUT_ENV_SINGLE_SPACES: spaces})
+    out = pipeline.connectors[1].observation_space  # per agent, after the user's pieces
+    module = config.get_multi_rl_module_spec(spaces={"p0": (out["agent_0"], spaces[1]["agent_0"]),
+                                                     "p1": (out["agent_1"], spaces[1]["agent_1"])}).build()
+    forms = multi_agent_pipeline(config.build_env_to_module_connector(spaces={INPUT_ENV_SINGLE_SPACES: spaces}))
+    rng = np.random.default_rng(0)
+    obs, episode, compared = None, None, 0
+    for step in range(60):
+        if episode is None or episode.is_done:
+            obs, _ = env.reset(seed=step)
+            episode = MultiAgentEpisode(observation_space=spaces[0], action_space=spaces[1],
+                                        agent_to_module_mapping_fn=config.policy_mapping_fn)
+            episode.add_env_reset(observations=obs)
+        else:
+            actions = {aid: int(rng.integers(4)) for aid in obs}
+            obs, rewards, terminateds, truncateds, _ = env.step(actions)
+            episode.add_env_step(observations=obs, actions=actions, rewards=rewards, terminateds=terminateds,
+                                 truncateds=truncateds)
+            if episode.is_done:
+                continue
+        raw = {aid: np.array(o) for aid, o in obs.items()}
+        rllib = pipeline(rl_module=module, batch={}, episodes=[episode], explore=True, shared_data={})
+        ours = apply_per_copy(forms, raw)
+        for aid, mid in (("agent_0", "p0"), ("agent_1", "p1")):
+            if aid in ours:
+                np.testing.assert_array_equal(ours[aid], rllib[mid][Columns.OBS].numpy()[0])
+                compared += 1
+    assert compared > 60
+
+
+def test_a_multi_agent_piece_without_a_form_is_refused_at_config_time_by_name():
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+
+    config = _double_row_corridor_config(lambda: MeanStdFilter(multi_agent=True), FastPPOConfig)
+    with pytest.raises(ValueError, match=r"env_to_module_connector.*MeanStdFilter has no columnar form"):
+        config.validate()
+
+
+def test_the_multi_agent_observation_preprocessor_example_trains(ray_session):
+    """RLlib's connectors/multi_agent_observation_preprocessor.py configuration (its pieces, env, modules), 2
+    iterations: the two modules see different spaces after the pieces."""
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+
+    config = _double_row_corridor_config(_corridor_pieces, FastPPOConfig)
+    algo = (config.env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+            .training(train_batch_size_per_learner=256, minibatch_size=64, num_epochs=1).build_algo())
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert np.isfinite(result["learners"]["p0"]["policy_loss"])
+        assert np.isfinite(result["learners"]["p1"]["policy_loss"])
     finally:
         algo.stop()

@@ -83,12 +83,6 @@ class TakeTurns(MultiAgentEnv):
         return {other: self._obs(other)}, rewards, {"__all__": False}, {"__all__": False}, {}
 
 
-class MixedSpaces(Countdown):
-    def __init__(self, config=None):
-        super().__init__(config)
-        self.observation_spaces = {**self.observation_spaces, "a2": gym.spaces.Box(0, 1, (3,), np.float32)}
-
-
 def ma_config(env=Countdown, **policies):
     mapping = policies.pop("mapping", lambda aid, episode, **kw: "odd" if aid == "a1" else "even")
     return (FastPPOConfig().environment(env)
@@ -256,7 +250,6 @@ def test_fast_ppo_trains_a_turn_based_env(ray_session):
 
 
 @pytest.mark.parametrize("config, message", [
-    (lambda: ma_config(MixedSpaces), "different observation spaces"),
     (lambda: (FastDQNConfig().environment(TakeTurns)
               .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")),
      r"FastDQN: after reset, agents \['b'\] have no observation.*turn-based.*FastPPO trains turn-based envs"),
@@ -349,3 +342,82 @@ def test_a_learner_without_a_modules_rows_takes_part_through_a_placeholder(ray_s
         assert trained == {m: 2 * valid[m] for m in order}  # two epochs over each module's real rows only
     finally:
         algo.stop()
+
+
+class TwoShapes(MultiAgentEnv):
+    """Agent "small" sees [t] and picks 0/1; agent "big" sees [t, t, t] and picks 0/1/2; reward: the action taken.
+    Episodes last 3 steps."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.agents = self.possible_agents = ["small", "big"]
+        self.observation_spaces = {"small": gym.spaces.Box(0, 10, (1,), np.float32),
+                                   "big": gym.spaces.Box(0, 10, (3,), np.float32)}
+        self.action_spaces = {"small": gym.spaces.Discrete(2), "big": gym.spaces.Discrete(3)}
+        self.t = 0
+
+    def _obs(self):
+        return {"small": np.full(1, self.t, np.float32), "big": np.full(3, self.t, np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, actions):
+        assert actions["small"] in (0, 1) and actions["big"] in (0, 1, 2)
+        self.t += 1
+        rewards = {aid: float(action) for aid, action in actions.items()}
+        return self._obs(), rewards, {"__all__": self.t >= 3}, {"__all__": False}, {}
+
+
+def _two_shapes_config():
+    return (FastPPOConfig().environment(TwoShapes)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=8)
+            .multi_agent(policies={"small", "big"}, policy_mapping_fn=lambda aid, episode, **kw: aid,
+                         policies_to_train=["big"])
+            .training(train_batch_size_per_learner=16, minibatch_size=8, num_epochs=1)
+            .rl_module(model_config={"fcnet_hiddens": [8]}))
+
+
+def test_agents_with_different_spaces_get_columns_per_module(ray_session):
+    runner = MultiAgentBatchedEnvRunner(config=_two_shapes_config())
+    try:
+        cols = runner.sample_columns()
+        C.check(cols)
+        assert C.BY_MODULE in cols
+        big, small = 0, 1  # indices into the sorted module ids; lane i * 2 + k is agent k of copy i
+        obs_big, obs_small = cols[C.OBS]["big"], cols[C.OBS]["small"]
+        assert obs_big.shape == (9, 4, 3) and obs_small.shape == (9, 4, 1)
+        assert (cols[C.MODULE][:, [0, 2]] == small).all() and (cols[C.MODULE][:, [1, 3]] == big).all()
+        steps = np.array([0, 1, 2, 3, 0, 1, 2, 3, 0], np.float32)  # 3 steps + the reset step, twice, then obs[8]
+        assert (obs_small[:, 0, 0] == steps).all() and (obs_big[:, 1] == steps[:, None]).all()
+        assert not obs_big[:, [0, 2]].any() and not obs_small[:, [1, 3]].any()  # zeros where the other module acts
+        assert cols[C.ACTION_DIST_INPUTS]["big"].shape == (8, 4, 3)
+        assert cols[C.ACTION_DIST_INPUTS]["small"].shape == (8, 4, 2)
+        valid = cols[C.VALID]  # each agent's reward is its own action, from its module's action column
+        for lane, module in ((0, "small"), (1, "big")):
+            taken = cols[C.ACTIONS][module][:, lane][valid[:, lane]]
+            assert (cols[C.REWARDS][:, lane][valid[:, lane]] == taken).all()
+    finally:
+        runner.stop()
+
+
+def test_fast_ppo_trains_agents_with_different_spaces(ray_session):
+    algo = _two_shapes_config().build_algo()
+    try:
+        (before,) = _weights(algo)
+        for _ in range(2):
+            result = algo.train()
+        (after,) = _weights(algo)
+        assert _changed(before, after, "big") and not _changed(before, after, "small")  # policies_to_train
+        assert np.isfinite(result["learners"]["big"]["policy_loss"])
+    finally:
+        algo.stop()
+
+
+def test_fast_dqn_refuses_agents_with_different_spaces():
+    config = (FastDQNConfig().environment(TwoShapes)
+              .multi_agent(policies={"small", "big"}, policy_mapping_fn=lambda aid, episode, **kw: aid))
+    with pytest.raises(ValueError, match=r"FastDQN: agents 'small' and 'big' have different observation spaces.*"
+                                         r"FastPPO trains agents with different spaces"):
+        config.validate()
