@@ -8,7 +8,9 @@ runners, so there is no lock to contend for and no per-transition message.
 
 from __future__ import annotations
 
+import logging
 import time
+import traceback
 from typing import Any, NamedTuple
 
 import ray
@@ -25,6 +27,20 @@ from rl_speed.columns import Columns, num_steps
 
 #: ColumnSampler's counters in the result dict, under ``SAMPLER_KEY`` (the seeds' collector monitoring).
 SAMPLER_KEY = "sampler"
+
+logger = logging.getLogger(__name__)
+
+
+class EnvRunnerSamplingError(RuntimeError):
+    """An env runner raised while sampling columns: the run stops (see :class:`ColumnSampler`)."""
+
+
+class RunnerFailure(NamedTuple):
+    """What a remote runner hands over instead of a batch when its ``sample_columns()`` raised."""
+
+    worker_index: int
+    error: str  # "Type: message"
+    traceback: str
 
 
 class RunnerBatch(NamedTuple):
@@ -53,6 +69,23 @@ def _sample_runner(runner: Any) -> RunnerBatch:
     columns, seconds = _timed_sample(runner)
     return RunnerBatch(runner.worker_index, columns, runner.get_metrics(), runner._weights_seq_no, num_steps(columns),
                        _connector_state(runner), seconds)
+
+
+def _guarded(runner: Any, by_reference: bool) -> RunnerBatch | RunnerFailure:
+    """A remote runner's batch, or the error it raised (returned, not raised, so the driver sees every runner's
+    error itself rather than RLlib's fault tolerance logging it and training on without that runner)."""
+    try:
+        return _sample_runner_by_reference(runner) if by_reference else _sample_runner(runner)
+    except Exception as e:
+        return RunnerFailure(runner.worker_index, f"{type(e).__name__}: {e}", traceback.format_exc())
+
+
+def _sample_guarded(runner: Any) -> RunnerBatch | RunnerFailure:
+    return _guarded(runner, by_reference=False)
+
+
+def _sample_guarded_by_reference(runner: Any) -> RunnerBatch | RunnerFailure:
+    return _guarded(runner, by_reference=True)
 
 
 def _sample_runner_by_reference(runner: Any) -> RunnerBatch:
@@ -99,7 +132,14 @@ class ColumnSampler:
     ``sample_s_min`` / ``sample_s_max`` (the fastest and slowest runner's ``sample_columns()`` wall-clock among the
     batches of this call: how long a runner is busy per batch, and how far the slowest one holds the others up. RLlib's
     ``env_runners/sample`` timer is an EMA of coefficient 0.01 per call, which reads close to the first, slow calls
-    for a hundred calls).
+    for a hundred calls); ``runner_errors_lifetime`` (see below).
+
+    A remote runner whose ``sample_columns()`` raises stops the run with :class:`EnvRunnerSamplingError`, naming the
+    runner, the error and its traceback. Stock RLlib, with its default ``restart_failed_env_runners``, logs such an
+    error and trains on with the other runners, so a config error found only in the runners (or an env bug) gave a
+    run that reported success on fewer runners. With ``fault_tolerance(ignore_env_runner_failures=True)`` the error
+    is logged, counted in ``runner_errors_lifetime`` and the run goes on without that batch. A runner process that
+    dies (not an exception) is still RLlib's to restart, as configured.
     """
 
     TAG = "rl_speed_columns"
@@ -107,7 +147,7 @@ class ColumnSampler:
     def __init__(self, algo: Any, streaming: bool = False, by_reference: bool = False) -> None:
         self.algo = algo
         self.streaming = streaming
-        self._sample_remote = _sample_runner_by_reference if by_reference else _sample_runner
+        self._sample_remote = _sample_guarded_by_reference if by_reference else _sample_guarded
         self._in_flight = 0
         self._early: list[RunnerBatch] = []  # FastPPO: batches beyond one train batch, for the next call
 
@@ -116,10 +156,28 @@ class ColumnSampler:
         group = algo.env_runner_group
         remote = group.num_remote_env_runners()
         if not algo.config.async_sampling or remote == 0:
-            results = self._sample_all()
+            results = self._without_failures(self._sample_all())
             self._record(results, asked=max(1, remote))
             return results
         return self._stream(wanted=1 if self.streaming else max(1, remote))
+
+    def _without_failures(self, results: list) -> list[RunnerBatch]:
+        """The batches; a runner's error stops the run, or is logged and counted (see the class docstring)."""
+        failures = [r for r in results if isinstance(r, RunnerFailure)]
+        if failures:
+            if not self.algo.config.ignore_env_runner_failures:
+                first = failures[0]
+                raise EnvRunnerSamplingError(
+                    f"env runner {first.worker_index} raised while sampling: {first.error}\n{first.traceback}\nThe "
+                    "run stops: training on the other runners would hide the error (stock RLlib logs it and goes "
+                    "on). To go on without the failed runners' batches, set "
+                    "`config.fault_tolerance(ignore_env_runner_failures=True)`.")
+            for failure in failures:
+                logger.error("env runner %d raised while sampling (ignore_env_runner_failures: going on): %s\n%s",
+                             failure.worker_index, failure.error, failure.traceback)
+            self.algo.metrics.log_value((SAMPLER_KEY, "runner_errors_lifetime"), len(failures),
+                                        reduce="lifetime_sum")
+        return [r for r in results if not isinstance(r, RunnerFailure)]
 
     def _sample_all(self) -> list[RunnerBatch]:
         """A batch from every env runner, waiting for all; remote ones sample in parallel."""
@@ -137,8 +195,8 @@ class ColumnSampler:
         results, self._early = self._early, []
         deadline = time.monotonic() + (self.algo.config.sample_timeout_s or 60.0)
         while len(results) < wanted and time.monotonic() < deadline:
-            results += group.foreach_env_runner_async_fetch_ready(self._sample_remote, tag=self.TAG,
-                                                                  timeout_seconds=0.02)
+            results += self._without_failures(group.foreach_env_runner_async_fetch_ready(
+                self._sample_remote, tag=self.TAG, timeout_seconds=0.02))
         if not self.streaming:
             results, self._early = results[:wanted], results[wanted:]
         self._in_flight = group.num_in_flight_async_reqs(tag=self.TAG)
