@@ -211,7 +211,7 @@ def test_mario_cpu_preset_gets_clearly_further_than_random_on_1_1(tmp_path, cli_
     """The CPU tuned example, for the time its YAML states, then its final checkpoint against random actions on the
     real emulator (epsilon-greedy with the preset's final epsilon, 32 episodes each)."""
     pytest.importorskip("gym_super_mario_bros", reason="needs the [mario] extra: python3 tasks.py mario-setup")
-    from rl_speed.bench.mario_policy import compare
+    from benchmarks.evaluate.mario_policy import compare
 
     seconds = yaml.safe_load(open(ROOT / "tuned_examples" / "mario_dqn.yaml"))["mario-dqn"]["stop"]["time_total_s"]
     train_tuned_example("mario_dqn", {}, tmp_path, cli_env, timeout=seconds + 600)

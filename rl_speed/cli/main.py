@@ -7,27 +7,11 @@ and ends with exit status 2 and a one-paragraph message.
 from __future__ import annotations
 
 import argparse
-import inspect
-import os
 import sys
 
-from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments, parse_json_flag
+from rl_speed.experiments import ExperimentFileError, load_experiments, parse_json_flag
 
 USAGE_ERROR = 2
-#: benchmark name -> "module" with a run(repeats) -> markdown function, or "module:function"
-BENCHMARKS = {"snake-env": "rl_speed.bench.snake_env", "dqn": "rl_speed.bench.dqn", "buffer": "rl_speed.bench.buffer",
-              "gae": "rl_speed.bench.gae", "ppo": "rl_speed.bench.ppo", "grid-preset": "rl_speed.bench.grid_preset",
-              "scaling": "rl_speed.bench.scaling", "durotaxis": "rl_speed.bench.durotaxis",
-              "mario-env": "rl_speed.bench.mario_env", "mario-learner": "rl_speed.bench.mario_learner",
-              "mario-scaling": "rl_speed.bench.mario_scaling", "mario-policy": "rl_speed.bench.mario_policy",
-              "replay-memory": "rl_speed.bench.replay_memory", "lstm": "rl_speed.bench.lstm",
-              "ppo-defaults": "rl_speed.bench.ppo:run_defaults", "dqn-defaults": "rl_speed.bench.dqn:run_defaults",
-              "cli": "rl_speed.bench.cli_overhead", "multi-agent": "rl_speed.bench.multi_agent",
-              "mettagrid": "rl_speed.bench.mettagrid", "race": "rl_speed.bench.race",
-              "learner-scaling": "rl_speed.bench.learner_scaling", "atari": "rl_speed.bench.atari",
-              "atari-policy": "rl_speed.bench.atari_policy", "race-atari": "rl_speed.bench.race_atari",
-              "allreduce": "rl_speed.bench.allreduce", "batch-copy": "rl_speed.bench.batch_copy",
-              "callbacks": "rl_speed.bench.callbacks"}
 
 
 def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
@@ -53,17 +37,9 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="PNG of return and throughput vs env steps and wall time, one line per run")
     plot.add_argument("results", help="a results directory (an experiment, or a storage path holding several)")
     plot.add_argument("-o", "--output", help="PNG path (default RESULTS/rl_speed_plot.png)")
-    bench = commands.add_parser("bench", help="run a benchmark and print its markdown table (see BENCHMARKS.md)")
-    bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
-    bench.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported")
-    bench.add_argument("--output", default="results/bench",
-                       help="directory for NAME.md (the table) and NAME.png (bar chart); default results/bench")
-    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-policy, race-atari, allreduce, batch-copy)")
-    bench.add_argument("--checkpoint", help="mario-policy, atari-policy: the checkpoint folder of a trained run to evaluate")
-    bench.add_argument("--config", help="learner-scaling: JSON dict of config keys set on every row, e.g. "
-                                        "'{\"cuda_graph\": false}'")
-    bench.add_argument("--learners", help="learner-scaling: the learner counts to run, e.g. 1,4 (default 1, 2, 4, 8 up "
-                                          "to the host's GPUs)")
+    bench = commands.add_parser("bench", help="run a benchmark from a checkout (python -m benchmarks NAME; see "
+                                              "docs/results.md)", add_help=False)
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="NAME [--repeats N] [--output DIR] ...")
     return parser
 
 
@@ -99,7 +75,7 @@ def migrate(args: argparse.Namespace) -> int:
     """Prints ``args.file`` translated to new-stack keys (notices to stderr); the file is checked as for ``train``."""
     import yaml
 
-    from rl_speed.cli.migrate import MigrationError, migrate_experiment
+    from rl_speed.migrate import MigrationError, migrate_experiment
 
     try:
         experiments = load_experiments(args.file)  # everything train would refuse, refused here too
@@ -133,54 +109,39 @@ def main(argv: list[str] | None = None) -> int:
             return USAGE_ERROR
         return 0
     if args.command == "bench":
-        import importlib
-
-        module, _, function = BENCHMARKS[args.name].partition(":")
-        run = getattr(importlib.import_module(module), function or "run")
-        kwargs = {"device": args.device} if args.device != "cpu" else {}
-        flags = {"device": "--device", "checkpoint": "--checkpoint", "overrides": "--config", "learners": "--learners"}
-        if args.checkpoint:
-            kwargs["checkpoint"] = args.checkpoint
-        try:
-            if args.config:
-                kwargs["overrides"] = parse_json_flag("--config", args.config)
-            if args.learners:
-                kwargs["learners"] = learner_counts_flag(args.learners)
-        except (ExperimentFileError, ValueError) as e:
-            print(str(e), file=sys.stderr)
-            return USAGE_ERROR
-        accepted = inspect.signature(run).parameters
-        # --output is where everything a benchmark writes goes: its charts and (the Pong race) its per-run logs
-        if "charts" in accepted:
-            kwargs["charts"] = args.output
-        if "directory" in accepted:
-            kwargs["directory"] = os.path.join(args.output, args.name)
-        for name in kwargs:
-            if name not in accepted:  # a flag this benchmark has no use for: refuse it rather than crash or ignore
-                print(f"rl-speed bench {args.name} takes no {flags[name]}; leave it out.", file=sys.stderr)
-                return USAGE_ERROR
-        try:
-            markdown = run(args.repeats, **kwargs)
-        except (ValueError, FileNotFoundError, ImportError) as e:  # a bad argument (e.g. no --checkpoint) or a
-            # missing extra (its install command): say so, exit 2
-            print(str(e), file=sys.stderr)
-            return USAGE_ERROR
-        print(markdown)
-        from rl_speed.bench.chart import write_outputs
-
-        table, chart = write_outputs(args.name, markdown, args.output)
-        print(f"\nwritten: {table}" + (f", {chart}" if chart else ""))
-        return 0
+        return bench(args.args)
     return USAGE_ERROR
 
 
-def learner_counts_flag(text: str) -> tuple[int, ...]:
-    """``--learners 1,2,4`` as a tuple of counts; anything else is refused with the syntax."""
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ValueError(f"--learners {text!r}: give learner counts separated by commas, e.g. --learners 1,4.") \
-            from None
+def bench(argv: list[str]) -> int:
+    """``rl-speed bench NAME ...``: the checkout's ``python -m benchmarks NAME ...`` (the benchmarks are not installed
+    with the library: they measure it, and read the checkout's tuned_examples/)."""
+    checkout = find_checkout()
+    if checkout is None:
+        print("rl-speed bench runs the benchmarks of a checkout of rl_speed, which are not installed with the "
+              "library: clone the repository, install it with `pip install -e .` (or `python3 tasks.py setup`), and "
+              "run `rl-speed bench NAME` or `python -m benchmarks NAME` from there.", file=sys.stderr)
+        return USAGE_ERROR
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    from benchmarks.__main__ import main as run_benchmark
+
+    return run_benchmark(argv, prog="rl-speed bench")
+
+
+def find_checkout() -> "Path | None":
+    """The rl_speed checkout holding ``benchmarks/``: the one this package was installed from (editable), else the
+    current directory or one above it."""
+    from pathlib import Path
+
+    import rl_speed
+
+    candidates = [Path(rl_speed.__file__).resolve().parents[1], *Path.cwd().resolve().parents]
+    candidates.insert(1, Path.cwd().resolve())
+    for folder in candidates:
+        if (folder / "benchmarks" / "__main__.py").is_file() and (folder / "rl_speed").is_dir():
+            return folder
+    return None
 
 
 def rllib_main(argv: list[str] | None = None) -> int:

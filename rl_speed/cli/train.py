@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from rl_speed.cli.experiment_file import Experiment
+from rl_speed.experiments import Experiment
 
 
 #: The phases of ``rl_speed_profile`` (rl_speed.algorithms.telemetry) and their names on the progress line.

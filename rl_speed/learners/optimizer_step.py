@@ -89,7 +89,7 @@ class OptimizerStepMixin:
     def build(self) -> None:
         if self.config.num_gpus_per_learner > 0 and torch.cuda.is_available():
             # The learner's GPU as the process's current one before RLlib builds the module and its DDP wrapper: a
-            # learner actor that sees every GPU of its host (rl_speed.bench.learner_scaling's "all") would otherwise
+            # learner actor that sees every GPU of its host (benchmarks.scaling.learner_scaling's "all") would otherwise
             # set up NCCL's communicator and barriers on GPU 0, beside the others'. Where it sees only its own GPU,
             # this is GPU 0 anyway.
             torch.cuda.set_device(get_device(self.config, self.config.num_gpus_per_learner))

@@ -21,7 +21,7 @@ that are thrown away: the grid arena LSTM's loss runs 94 ops with its statistics
 on the same batch, so a Ray upgrade that changes RLlib's loss fails there.
 
 ``learner_config_dict: {"ppo_loss": "rllib"}`` makes FastPPO's learner call RLlib's own method instead (default
-``"sync_free"``, this module): the A/B of the two on a GPU (``rl_speed.bench.learner_scaling``'s ``overrides``), and
+``"sync_free"``, this module): the A/B of the two on a GPU (``benchmarks.scaling.learner_scaling``'s ``overrides``), and
 a way back should a Ray version change RLlib's loss before this module follows.
 """
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments
+from rl_speed.experiments import ExperimentFileError, load_experiments
 from rl_speed.cli.main import USAGE_ERROR, main
-from rl_speed.cli.migrate import CONFIG_RENAMES, STOP_RENAMES, MigrationError, migrate_experiment
+from rl_speed.migrate import CONFIG_RENAMES, STOP_RENAMES, MigrationError, migrate_experiment
 
 OLD = Path(__file__).parent / "old_yaml"
 VALUES = {"observation_filter": "MeanStdFilter", "num_gpus": 1, "framework": "torch", "model": {"fcnet_hiddens": [8]},

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import rl_speed
-from rl_speed.cli.experiment_file import load_experiments
+from rl_speed.experiments import load_experiments
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "tuned_examples").glob("*.yaml"))
 

@@ -20,7 +20,7 @@ def test_missing_extra_names_the_install_command(monkeypatch):
 
 def test_missing_extra_fails_at_configuration_time(monkeypatch, tmp_path):
     from rl_speed.algorithms.fast_dqn import FastDQNConfig
-    from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments
+    from rl_speed.experiments import ExperimentFileError, load_experiments
 
     monkeypatch.setitem(sys.modules, "gym_super_mario_bros", None)
     with pytest.raises(ImportError, match=r"needs the NES emulator \(the \[mario\] extra"):

@@ -14,7 +14,7 @@ from rl_speed_envs.mettagrid import check_config
 
 def test_missing_extra_names_the_install_command(monkeypatch, tmp_path):
     from rl_speed.algorithms.fast_ppo import FastPPOConfig
-    from rl_speed.cli.experiment_file import ExperimentFileError, load_experiments
+    from rl_speed.experiments import ExperimentFileError, load_experiments
     from rl_speed_envs.mettagrid import MettaGridVectorEnv
 
     monkeypatch.setitem(sys.modules, "mettagrid.simulator", None)  # import now raises ImportError

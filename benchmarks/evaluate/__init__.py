@@ -1,0 +1,1 @@
+"""Evaluation: a trained policy's score, played directly on the env."""

@@ -1,0 +1,96 @@
+"""Atari policy evaluation: a trained FastPPO or FastDQN Atari policy against uniformly random actions.
+
+``rl-speed bench atari-policy --checkpoint DIR [--repeats 32]`` (a checkpoint folder printed by ``rl-speed train``)
+plays one whole episode on each of ``repeats`` fresh emulators (ale-py's vector env, seeds from 1000 on, the game and
+preprocessing read from the checkpoint's ``env_config``, except that rewards are not clipped: the returns are game
+scores) with:
+
+* the trained module's greedy action (``forward_inference``: argmax of a PPO policy's logits, or DQN's argmax Q);
+* for a policy-gradient module, actions sampled from its distribution, as it acted in training;
+* uniformly random actions.
+
+It reports the mean, min and max episode return of each: the evaluation behind the Pong rows of BENCHMARKS.md,
+independent of RLlib's per-iteration ``episode_return_mean``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import Policy, load_policy_module, machine, random_policy
+
+
+
+def play(policy: Policy, num_envs: int, env_config: dict, seed: int = 1000) -> np.ndarray:
+    """One whole episode on each of ``num_envs`` emulators; their returns."""
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    env = AtariVectorEnv(num_envs, **{**env_config, "reward_clipping": False, "num_threads": min(8, num_envs)})
+    try:
+        obs, _ = env.reset(seed=seed)
+        returns, done = np.zeros(num_envs), np.zeros(num_envs, dtype=bool)
+        while not done.all():
+            obs, rewards, terminated, truncated, _ = env.step(policy(obs))
+            returns += np.where(done, 0.0, rewards)  # a finished emulator restarts; that episode is not counted
+            done |= terminated | truncated
+        return returns
+    finally:
+        env.close()
+
+
+def module_policy(module: Any, mode: str, seed: int = 0) -> Policy:
+    """``mode`` "greedy": the module's own inference action, else the argmax of its distribution inputs; "sample":
+    a sample from its categorical distribution."""
+    import torch
+
+    from ray.rllib.core.columns import Columns
+
+    device = next(module.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    module.eval()
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            out = module.forward_inference({Columns.OBS: torch.from_numpy(obs).to(device)})
+            if mode == "greedy" and Columns.ACTIONS in out:
+                return out[Columns.ACTIONS].cpu().numpy()
+            logits = out[Columns.ACTION_DIST_INPUTS]
+            if mode == "greedy":
+                return logits.argmax(-1).cpu().numpy()
+            return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
+
+    return act
+
+
+def evaluate(module: Any, env_config: dict, episodes: int) -> dict[str, np.ndarray]:
+    """Returns per policy: ``greedy``, ``sampled`` (modules with distribution inputs only), ``random``."""
+    results = {"greedy": play(module_policy(module, "greedy"), episodes, env_config)}
+    if not hasattr(module, "compute_q_values"):  # a policy-gradient module: also as it acted in training
+        results["sampled"] = play(module_policy(module, "sample"), episodes, env_config)
+    results["random"] = play(random_policy(module.action_space.n), episodes, env_config)
+    return results
+
+
+def run(repeats: int = 32, device: str = "cpu", checkpoint: str | None = None) -> str:
+    """``repeats`` is the number of episodes (emulators) per policy."""
+    if checkpoint is None:
+        raise ValueError("atari-policy needs --checkpoint DIR (a checkpoint folder printed by `rl-speed train`).")
+    module, env_config = load_policy_module(checkpoint)
+    if device == "cuda":
+        module.to("cuda")
+    results = evaluate(module, env_config, repeats)
+    rows = [f"| {name} | {r.mean():.2f} | {r.min():.0f} | {r.max():.0f} |" for name, r in results.items()]
+    return "\n".join([
+        "### Atari policy vs random",
+        "",
+        f"Command: `rl-speed bench atari-policy --checkpoint {checkpoint} --repeats {repeats} --device {device}` · "
+        f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · env_config {env_config} · one episode on each "
+        f"of {repeats} fresh emulators per policy (seeds from 1000).",
+        "",
+        "| policy | mean return | min | max |",
+        "|---|---:|---:|---:|",
+        *rows,
+    ])

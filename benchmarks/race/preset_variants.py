@@ -1,0 +1,101 @@
+"""One tuned example against variants of itself, side by side: each variant is the YAML experiment's config with
+some keys changed; variants run interleaved (``A,B,A,B``), each built fresh and timed over ``seconds`` after the
+warm-up iterations (:func:`benchmarks.common.timed_run`), so a change is measured against its baseline on the
+same machine in one run rather than against a figure from another box.
+
+    python -m benchmarks.race.preset_variants tuned_examples/mettagrid_ppo_gpu.yaml \\
+        --variant A '{"max_requests_in_flight_per_env_runner": 1}' \\
+        --variant B '{"max_requests_in_flight_per_env_runner": 2}' --order A,B,A,B --seconds 55 --num-gpus 1
+
+Per run: agent steps/s; the driver's median wait for batches and learner time (``rl_speed_profile``); the runners'
+fastest and slowest batch (``sampler/sample_s_min`` / ``_max``), requests in flight and weights lag (medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine, median_of, timed_run, usable_cpus
+
+
+def variant_config(path: str | Path, changes: dict) -> Any:
+    """The experiment's config (the file must hold one experiment) with ``changes`` applied as RLlib config keys;
+    an unknown key is refused by the experiment loader, before anything starts."""
+    from rl_speed.experiments import load_experiments
+
+    (experiment,) = load_experiments(Path(path), config_override=changes)
+    return experiment.config
+
+
+def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: float = 55.0, warmup: int = 2,
+        num_cpus: int | None = None, num_gpus: int = 0) -> str:
+    """The table of every run in ``order`` (names of ``variants``), one row each."""
+    import ray
+
+    import rl_speed
+
+    unknown = [name for name in order if name not in variants]
+    if unknown:
+        raise ValueError(f"preset_variants: {unknown} in the order are not among the variants {sorted(variants)}.")
+    rl_speed.register()
+    configs = {name: variant_config(path, changes) for name, changes in variants.items()}  # bad keys fail here
+    started = not ray.is_initialized()  # a caller's Ray (a test session's) is used and left running
+    if started:
+        ray.init(address="local", num_cpus=num_cpus or usable_cpus(), num_gpus=num_gpus, include_dashboard=False,
+                 log_to_driver=False)
+    rows = []
+    try:
+        for name in order:
+            result = timed_run(configs[name].copy(copy_frozen=False), seconds, warmup)
+            profiles, samplers = result["profiles"], result["samplers"]
+            rows.append(
+                f"| {name} | {result['rate']:,.0f} | {median_of(profiles, 'sample_s'):.3f} s | "
+                f"{median_of(profiles, 'learn_s') + median_of(profiles, 'advantages_s'):.3f} s | "
+                f"{median_of(samplers, 'sample_s_min'):.2f}-{median_of(samplers, 'sample_s_max'):.2f} s | "
+                f"{median_of(samplers, 'requests_in_flight'):.0f} | {median_of(samplers, 'weights_lag_max'):.0f} | "
+                f"{result['iterations']} |")
+            print(rows[-1], file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps the rows made
+    finally:
+        if started:
+            ray.shutdown()
+    return "\n".join([
+        f"`{Path(path).name}` variants, interleaved · machine: {machine()} · each run over {seconds:.0f} s after "
+        f"{warmup} warm-up iterations",
+        "",
+        *[f"- {name}: `{json.dumps(changes)}`" for name, changes in variants.items()],
+        "",
+        "| variant | agent steps/s | driver waits for batches | learner time | runner batch (fastest-slowest) | "
+        "requests in flight | weights lag | iterations |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+        *rows,
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.race.preset_variants",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("file", help="a tuned example YAML holding one experiment")
+    parser.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "JSON"), required=True,
+                        help="a variant: its name and the config keys it changes, as JSON ('{}' for none)")
+    parser.add_argument("--order", required=True, help="variant names in run order, comma-separated (A,B,A,B)")
+    parser.add_argument("--seconds", type=float, default=55.0)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--num-cpus", type=int, default=None)
+    parser.add_argument("--num-gpus", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        variants = {name: json.loads(changes) for name, changes in args.variant}
+    except json.JSONDecodeError as e:
+        parser.error(f"--variant: the changes must be a JSON object: {e}")
+    if not all(isinstance(changes, dict) for changes in variants.values()):
+        parser.error("--variant: the changes must be a JSON object, e.g. '{\"lr\": 0.001}'")
+    print(run(args.file, variants, args.order.split(","), args.seconds, args.warmup, args.num_cpus, args.num_gpus))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Time to a Pong (or Breakout) score on a GPU box: FastPPO and FastDQN (their GPU presets) vs stock RLlib PPO / DQN vs
+Stable-Baselines3 PPO / DQN, one judge for all (:mod:`benchmarks.race.race`'s, logging through :class:`JudgeFiles`, since
+the RLlib contenders' env runners are Ray actors).
+
+Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing: frame skip 4 with max-pooling,
+84 x 84 grayscale, 4 stacked frames, up to 30 no-op starts, FIRE on reset, sticky actions off; Pong has no lives):
+
+* ``FastPPO (ours)``: ``tuned_examples/atari_ppo_gpu.yaml``'s Pong experiment (15 runners x 16 emulators, CleanRL's
+  loss settings); ``FastDQN (ours)``: ``atari_dqn_gpu.yaml``'s;
+* ``PPO (ours)``: stock RLlib PPO with FastPPO's settings, module and runners on the scalar form
+  (:func:`benchmarks.throughput.atari.stock_config`): the row at identical hyperparameters;
+* ``SB3 PPO (zoo)``: Stable-Baselines3's PPO with rl-zoo's Atari settings (:data:`ATARI_ZOO`: 8 envs x 128 steps,
+  4 epochs of minibatches of 256, lr 2.5e-4 and clip 0.1 both decayed linearly over 10M steps, entropy 0.01, the
+  Nature CNN policy), stepping :class:`AtariEnv` (the same preprocessing) in its DummyVecEnv;
+* ``DQN (ours)``: stock RLlib DQN with FastDQN's settings, module and runners on the scalar form (the DQN row at
+  identical hyperparameters);
+* ``SB3 DQN (zoo)``: Stable-Baselines3's DQN with rl-zoo's Atari settings (:data:`ATARI_DQN_ZOO`: one env, a
+  1M-transition buffer, learning from 100k steps, a gradient step every 4 env steps on batches of 32, lr 1e-4, target
+  copy every 10k steps, epsilon 1 -> 0.1 over the first 1M steps, the Nature CNN Q-network).
+
+Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
+games reaches 18. ``--game breakout`` races the same contenders on Breakout (:data:`GAMES`): the presets' Breakout
+experiments, whole games of five lives, target 100 (those experiments' own stop value), the same rl-zoo settings for
+SB3 (rl-zoo's ``atari`` entry covers every game). A directory holds one game's runs. Each contender runs in its own
+process (``python -m benchmarks.race.race_atari contender ...``) for at most ``max_seconds``. :func:`run` queues
+every (seed, contender) run and starts each on a free slot: on a host with several GPUs a slot is one GPU and an
+equal share of the CPUs (hyperthread siblings together), so runs go side by side and the next starts when one ends (a
+contender that reaches the target frees its slot early); elsewhere one slot, one run after another. Every run has a
+slot of the same size, whichever contender or seed it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import build_with_every_runner, machine, usable_cpus
+from benchmarks.scaling.core_pinning import physical_cores
+from benchmarks.race.contenders import Task, sb3_learn
+from benchmarks.race.judge import EpisodeJudge, JudgeFiles, judged_id, reached
+from benchmarks.race.report import race_chart, task_section
+
+#: rl-zoo's PPO entry for Atari games (hyperparams/ppo.yml, ``atari``), SB3's names; gamma 0.99 and lambda 0.95 are
+#: SB3's defaults.
+ATARI_ZOO = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": 2.5e-4,
+             "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01, "n_timesteps": 10_000_000}
+#: rl-zoo's DQN entry for Atari games (hyperparams/dqn.yml, ``atari``; rl-baselines3-zoo commit 019107e), SB3's names.
+ATARI_DQN_ZOO = {"buffer_size": 1_000_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
+                 "target_update_interval": 10_000, "train_freq": 4, "gradient_steps": 1, "exploration_fraction": 0.1,
+                 "exploration_final_eps": 0.1, "n_timesteps": 10_000_000}
+PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"},
+            dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (-21 to 21)")
+BREAKOUT = Task("rl_speed/Atari-v0", 100.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "breakout"},
+                dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (five lives, one point or more per brick)")
+#: The games raced.
+GAMES = {"pong": PONG, "breakout": BREAKOUT}
+CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)", "DQN (ours)", "SB3 DQN (zoo)")
+SB3_CONTENDERS = ("SB3 PPO (zoo)", "SB3 DQN (zoo)")
+
+
+def slug(contender: str) -> str:
+    return contender.lower().replace(" ", "-").replace("(", "").replace(")", "")
+
+
+def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device: str, game: str = "pong") -> Any:
+    """The RLlib contenders: the presets of :mod:`benchmarks.throughput.atari` for ``game``, their env wrapped in the
+    judge."""
+    from benchmarks.throughput.atari import preset, stock_config
+
+    task = GAMES[game]
+    _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
+    config.environment(judged_id(task.env_id, files), env_config=dict(task.env_config)).debugging(seed=seed)
+    if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
+        return stock_config(contender[:3], config).debugging(seed=seed)
+    return config.env_runners(gym_env_vectorize_mode="vector_entry_point")
+
+
+def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, device: str,
+            game: str = "pong") -> str | None:
+    """SB3's PPO with :data:`ATARI_ZOO` or DQN with :data:`ATARI_DQN_ZOO` until the judge's target or
+    ``max_seconds``; or why it did not run (SB3 not installed; the DQN's replay buffer, 2 x 26 GiB at rl-zoo's 1M
+    transitions, refused by this machine's memory)."""
+    try:
+        from stable_baselines3 import DQN, PPO
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError:
+        return "Stable-Baselines3 is not installed (the [bench] extra: python -m pip install 'rl_speed[bench]')"
+    from rl_speed_envs.atari import AtariEnv
+
+    zoo = dict(ATARI_ZOO if contender == "SB3 PPO (zoo)" else ATARI_DQN_ZOO)
+    timesteps, n_envs = zoo.pop("n_timesteps"), zoo.pop("n_envs", 1)
+    EpisodeJudge.begin()
+    task = GAMES[game]
+    env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**task.env_config), files), n_envs=n_envs, seed=seed)
+    if contender == "SB3 PPO (zoo)":
+        lr, clip = zoo.pop("learning_rate"), zoo.pop("clip_range")
+        model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
+                    clip_range=lambda p: p * clip, **zoo)
+    else:
+        try:
+            model = DQN("CnnPolicy", env, seed=seed, device=device, verbose=0, **zoo)
+        except MemoryError as e:  # SB3 allocates the whole buffer up front
+            env.close()
+            return f"its replay buffer of {zoo['buffer_size']:,} transitions does not fit this machine's memory ({e})"
+    sb3_learn(model, env, timesteps, task, max_seconds, files)
+    return None
+
+
+def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
+                  game: str = "pong") -> None:
+    """One contender, one seed, one game: the judge's files and ``meta.json`` in
+    ``directory/<contender>-seed<seed>``."""
+    out = Path(directory) / f"{slug(contender)}-seed{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.csv"):  # a rerun replaces the previous run's log
+        stale.unlink()
+    files = JudgeFiles(str(out), time.monotonic())
+    meta: dict[str, Any] = {"contender": contender, "game": game, "seed": seed, "max_seconds": max_seconds,
+                            "device": device,
+                            "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d")}
+    if contender in SB3_CONTENDERS:
+        why = run_sb3(contender, files, seed, max_seconds, device, game)
+        meta["ran"] = why is None
+        if why:
+            meta["why"] = why
+    else:
+        import ray
+
+        ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
+                 include_dashboard=False, log_to_driver=False)
+        try:
+            algo = build_with_every_runner(rllib_contender_config(contender, files, seed, device, game))
+            task = GAMES[game]
+            result: dict = {}
+            while time.monotonic() - files.start < max_seconds:
+                result = algo.train()
+                if reached(files.read(), task.target, task.window):
+                    break
+            meta["ran"] = True
+            meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))
+            algo.stop()
+        finally:
+            ray.shutdown()
+    meta["seconds"] = time.monotonic() - files.start
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def directory_runs(directory: str) -> list[tuple[Path, dict]]:
+    """Every contender run in ``directory``: its folder and its ``meta.json``, in folder order."""
+    return [(path.parent, json.loads(path.read_text())) for path in sorted(Path(directory).glob("*/meta.json"))]
+
+
+def runs_game(runs: list[tuple[Path, dict]], directory: str) -> str | None:
+    """The game of ``runs`` (runs from before the game was recorded are Pong's); None if there are none. Refuses a
+    directory that mixes games: one table has one target."""
+    games = {meta.get("game", "pong") for _, meta in runs}
+    if len(games) > 1:
+        raise ValueError(f"race_atari: {directory} holds runs of several games {sorted(games)}; give each game its own "
+                         "directory.")
+    return games.pop() if games else None
+
+
+def section(directory: str, charts: str | None = None) -> str:
+    """The race table (and chart) from every contender run found in ``directory`` (one game's)."""
+    runs = directory_runs(directory)
+    game = runs_game(runs, directory) or "pong"
+    task = GAMES[game]
+    results: dict[str, list] = {c: [] for c in CONTENDERS}
+    metas = [meta for _, meta in runs]
+    for folder, meta in runs:
+        if meta.get("ran"):
+            results[meta["contender"]].append(JudgeFiles(str(folder), 0.0).read())
+    # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
+    results = {c: logs for c, logs in results.items()
+               if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
+    lines = [f"{game.capitalize()} (`{task.env_id}`, `game: {game}`); {task.returns}.",
+             task_section(task, results, "ppo / dqn")]
+    lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
+    unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
+                        and any(path.glob("*.csv")) and not (path / "meta.json").exists())
+    if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table
+        lines.append(f"Started but not finished (no `meta.json`), not counted: {', '.join(unfinished)}; "
+                     "`--missing-only` makes them again.")
+    if charts:
+        family = "ppo-dqn" if game == "pong" else f"{game}-ppo-dqn"  # Pong's chart keeps its name
+        lines.append(f"Chart: `{race_chart(task, family, results, charts)}`")
+    caps = sorted({m["max_seconds"] for m in metas})
+    lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "
+                 + "; ".join(sorted({f"{m['machine']}, {m['cpus']} CPUs, {m['device']}" for m in metas})))
+    return "\n\n".join(lines)
+
+
+def cpu_groups(k: int) -> list[list[int]]:
+    """This process's CPUs split into ``k`` equal groups, hyperthread siblings kept together."""
+    ordered = [cpu for core in physical_cores() for cpu in core]
+    size = len(ordered) // k
+    return [ordered[i * size:(i + 1) * size] for i in range(k)]
+
+
+def run_pool(commands: list[list[str]], slots: list[tuple[dict, list[int]]], poll_seconds: float = 1.0) -> None:
+    """Runs ``commands``, each on a free slot (its extra environment variables and its CPUs, through ``taskset``),
+    at most one per slot at a time, in order, until all are done."""
+    queue = list(commands)
+    running: dict[int, subprocess.Popen] = {}
+    while queue or running:
+        for slot, proc in list(running.items()):
+            if proc.poll() is not None:
+                del running[slot]
+        for slot, (env, cpus) in enumerate(slots):
+            if queue and slot not in running:
+                running[slot] = subprocess.Popen(["taskset", "-c", ",".join(map(str, cpus)), *queue.pop(0)],
+                                                 env=dict(os.environ, **env))
+        if running:
+            time.sleep(poll_seconds)
+
+
+def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], seeds: range, max_seconds: float,
+                 missing_only: bool) -> list[tuple[int, str]]:
+    """The (seed, contender) runs to make, seed by seed; with ``missing_only``, less those ``runs`` finished (a
+    ``meta.json`` with ``ran``) under the same time cap, so seeds accumulate over several sessions without rerunning
+    any. A run stopped before its ``meta.json`` was written, one whose extra was missing, or one with another cap is
+    made again (and replaced)."""
+    done = {(meta["seed"], meta["contender"]) for _, meta in runs
+            if meta.get("ran") and meta["max_seconds"] == max_seconds} if missing_only else set()
+    return [(seed, contender) for seed in seeds for contender in contenders if (seed, contender) not in done]
+
+
+def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
+        directory: str = "results/bench/race_atari", charts: str | None = "results/bench",
+        contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong",
+        missing_only: bool = False) -> str:
+    """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
+    race-atari --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after
+    another; then the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to
+    its cores (:func:`benchmarks.throughput.atari.preset`), which says nothing about scores. Refuses, before anything starts,
+    an unknown game or contender and a directory holding another game's runs."""
+    import torch
+
+    from rl_speed.registry import check_env_installed
+
+    if game not in GAMES:
+        raise ValueError(f"race_atari: unknown game {game!r}; choose from {list(GAMES)}.")
+    unknown = [c for c in contenders if c not in CONTENDERS]
+    if unknown:
+        raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
+    runs = directory_runs(directory)
+    held = runs_game(runs, directory)
+    if held not in (None, game):
+        raise ValueError(f"race_atari: {directory} holds {held} runs; race {game} in another directory (one table "
+                         "has one target).")
+    check_env_installed(GAMES[game].env_id)  # without the [atari] extra: its install command, before anything starts
+    jobs = pending_jobs(runs, contenders, range(first_seed, first_seed + repeats), max_seconds, missing_only)
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    count = max(1, min(gpus, len(jobs)))
+    if count > 1:
+        slots = [({"CUDA_VISIBLE_DEVICES": str(gpu)}, cpus) for gpu, cpus in enumerate(cpu_groups(count))]
+    else:
+        slots = [({}, sorted(os.sched_getaffinity(0)))]
+    run_pool([[sys.executable, "-m", "benchmarks.race.race_atari", "contender", contender, "--seed", str(seed),
+               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game]
+              for seed, contender in jobs],
+             slots)
+    return section(directory, charts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.race.race_atari", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    one = commands.add_parser("contender", help="run one contender for one seed")
+    one.add_argument("contender", choices=CONTENDERS)
+    one.add_argument("--seed", type=int, default=0)
+    one.add_argument("--seconds", type=float, default=600.0)
+    one.add_argument("--dir", default="results/bench/race_atari")
+    one.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    one.add_argument("--game", choices=list(GAMES), default="pong")
+    race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
+    race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    race.add_argument("--first-seed", type=int, default=0)
+    race.add_argument("--repeats", type=int, default=1, help="seeds first-seed .. first-seed + repeats - 1")
+    race.add_argument("--seconds", type=float, default=600.0)
+    race.add_argument("--dir", default="results/bench/race_atari")
+    race.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    race.add_argument("--charts", default=None)
+    race.add_argument("--game", choices=list(GAMES), default="pong")
+    race.add_argument("--missing-only", action="store_true",
+                      help="skip the (seed, contender) runs the directory already holds finished")
+    table = commands.add_parser("section", help="print the table of the runs in a directory")
+    table.add_argument("dir")
+    table.add_argument("--charts", default=None)
+    args = parser.parse_args(argv)
+    import rl_speed
+
+    rl_speed.register()
+    if args.command == "contender":
+        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game)
+    elif args.command == "race":
+        print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
+                  args.first_seed, args.game, args.missing_only))
+    else:
+        print(section(args.dir, args.charts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Scaling: how the rate grows with env runners, learners and GPUs."""

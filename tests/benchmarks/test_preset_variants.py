@@ -1,0 +1,58 @@
+"""The preset-variants bench: variants of one YAML experiment, interleaved, one table row per run; bad variants are
+refused before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.race.preset_variants import main, run
+from rl_speed.experiments import ExperimentFileError
+
+EXPERIMENT = """\
+cartpole-fastppo:
+  run: FastPPO
+  env: CartPole-v1
+  config:
+    num_env_runners: 2
+    num_envs_per_env_runner: 8
+    rollout_fragment_length: 64
+    train_batch_size_per_learner: 1024
+    minibatch_size: 256
+    num_epochs: 1
+    async_sampling: true
+"""
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    path = tmp_path / "cartpole.yaml"
+    path.write_text(EXPERIMENT)
+    return path
+
+
+def test_variants_run_interleaved_one_row_each(ray_session, experiment):
+    table = run(experiment, {"A": {}, "B": {"max_requests_in_flight_per_env_runner": 2}}, ["A", "B", "A"],
+                seconds=1.0, warmup=1)
+    rows = [line for line in table.splitlines() if line.startswith("| A |") or line.startswith("| B |")]
+    assert [row.split("|")[1].strip() for row in rows] == ["A", "B", "A"]
+    in_flight = [float(row.split("|")[6]) for row in rows]
+    # Two remote runners holding one request each, then more: each run's config took effect.
+    assert in_flight[0] == in_flight[2] == 2 and in_flight[1] > 2, in_flight
+    assert all(float(row.split("|")[2].replace(",", "")) > 0 for row in rows)
+    assert '- B: `{"max_requests_in_flight_per_env_runner": 2}`' in table
+
+
+def test_an_unknown_config_key_is_refused_before_ray_starts(experiment):
+    with pytest.raises(ExperimentFileError, match="not_a_key"):
+        run(experiment, {"A": {"not_a_key": 1}}, ["A"])
+
+
+def test_an_order_naming_no_variant_is_refused(experiment):
+    with pytest.raises(ValueError, match=r"\['C'\] in the order are not among the variants \['A', 'B'\]"):
+        run(experiment, {"A": {}, "B": {}}, ["A", "C"])
+
+
+def test_a_variant_that_is_not_a_json_object_exits_2(experiment, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([str(experiment), "--variant", "A", "[1]", "--order", "A"])
+    assert stop.value.code == 2 and "must be a JSON object" in capsys.readouterr().err

@@ -1,0 +1,203 @@
+"""The Atari race (Pong, Breakout): its contenders' configs, its table from the judge's files, the CPU split for
+side-by-side runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from benchmarks.race import race_atari
+from benchmarks.race.judge import JudgeFiles
+
+
+def _write_run(directory, contender, games, ran=True, why=None, game=None, seed=0):
+    """A finished contender run as run_contender leaves it: the judge's CSV and meta.json (without ``game``: as runs
+    recorded before the game was, which are Pong's)."""
+    out = directory / f"{race_atari.slug(contender)}-seed{seed}"
+    out.mkdir()
+    if games:
+        (out / "77.csv").write_text("".join(f"{t},{steps},{ret}\n" for t, steps, ret in games))
+    meta = {"contender": contender, "seed": seed, "max_seconds": 600.0, "ran": ran, "machine": "test box", "cpus": 16,
+            "device": "cuda"}
+    (out / "meta.json").write_text(json.dumps(meta | ({"why": why} if why else {}) | ({"game": game} if game else {})))
+
+
+def test_section_reads_each_contenders_files(tmp_path):
+    winning = [(100.0 + i, 1000 * (i + 1), -21.0 + 2 * i) for i in range(25)]  # last 20: mean of -11..27 = 8
+    _write_run(tmp_path, "FastPPO (ours)", [(t, s, r + 11.0) for t, s, r in winning])  # mean 19 from game 25
+    _write_run(tmp_path, "PPO (ours)", winning)
+    _write_run(tmp_path, "SB3 PPO (zoo)", [], ran=False)
+    _write_run(tmp_path, "SB3 DQN (zoo)", [], ran=False, why="its replay buffer does not fit")
+    table = race_atari.section(str(tmp_path))
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert "124.0 (124.0-124.0) s" in rows["FastPPO (ours)"] and "25,000" in rows["FastPPO (ours)"]
+    assert "not reached" in rows["PPO (ours)"] and "8.00" in rows["PPO (ours)"]
+    assert "not run (extra not installed)" in rows["SB3 PPO (zoo)"]
+    assert "FastDQN (ours)" not in rows  # no run of it in the directory
+    # a run that says why it did not run: that reason, not a guess about extras
+    assert "SB3 DQN (zoo)" not in rows and "- SB3 DQN (zoo), seed 0: not run: its replay buffer does not fit" in table
+    assert "time cap 600 s" in table
+    assert "Started but not finished" not in table
+
+
+def test_section_names_runs_that_started_and_did_not_finish(tmp_path):
+    _write_run(tmp_path, "FastPPO (ours)", [(100.0, 1000, -21.0)])
+    stopped = tmp_path / "ppo-ours-seed2"  # its judge logs, but no meta.json: stopped, or refused after starting
+    stopped.mkdir()
+    (stopped / "12.csv").write_text("50.0,1000,-21.0\n")
+    (tmp_path / "empty-folder").mkdir()
+    table = race_atari.section(str(tmp_path))
+    assert "Started but not finished (no `meta.json`), not counted: ppo-ours-seed2;" in table
+    assert "| PPO (ours) |" not in table  # not in the table
+
+
+def test_a_breakout_directory_gets_breakouts_target_and_a_mixed_one_is_refused(tmp_path):
+    games = [(10.0 * i, 5000 * i, 120.0) for i in range(1, 21)]  # 20 games of 120: the target (100) at game 20
+    _write_run(tmp_path, "FastPPO (ours)", games, game="breakout")
+    table = race_atari.section(str(tmp_path))
+    assert table.startswith("Breakout (`rl_speed/Atari-v0`, `game: breakout`)") and "target 100" in table
+    assert "| FastPPO (ours) | 200.0 (200.0-200.0) s | 100,000" in table
+    _write_run(tmp_path, "PPO (ours)", games)  # no game recorded: a Pong run
+    with pytest.raises(ValueError, match=r"holds runs of several games \['breakout', 'pong'\]"):
+        race_atari.section(str(tmp_path))
+
+
+def test_a_race_into_another_games_directory_or_of_an_unknown_game_is_refused_before_it_starts(tmp_path):
+    _write_run(tmp_path, "PPO (ours)", [(1.0, 100, -21.0)])  # a Pong run
+    with pytest.raises(ValueError, match="holds pong runs; race breakout in another directory"):
+        race_atari.run(directory=str(tmp_path), game="breakout")
+    with pytest.raises(ValueError, match="unknown game 'tennis'"):
+        race_atari.run(directory=str(tmp_path / "new"), game="tennis")
+    assert not (tmp_path / "new").exists()
+
+
+def test_cpu_groups_split_this_process_cpus_evenly():
+    cpus = sorted(os.sched_getaffinity(0))
+    groups = race_atari.cpu_groups(len(cpus))
+    assert sorted(c for g in groups for c in g) == cpus and all(len(g) == 1 for g in groups)
+    assert sorted(race_atari.cpu_groups(1)[0]) == cpus
+
+
+def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from benchmarks.throughput.atari import preset
+
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    fast = race_atari.rllib_contender_config("FastPPO (ours)", files, seed=3, device="cuda")
+    _, expected = preset("PPO", "cuda")
+    assert fast.env == "rl_speed_race/rl_speed/Atari-v0" and fast.env_config == {"game": "pong"} and fast.seed == 3
+    assert fast.gym_env_vectorize_mode == "vector_entry_point"
+    for key in ("num_env_runners", "num_envs_per_env_runner", "minibatch_size", "num_epochs", "lr", "clip_param"):
+        assert getattr(fast, key) == getattr(expected, key), key
+    stock = race_atari.rllib_contender_config("PPO (ours)", files, seed=3, device="cuda")
+    assert type(stock) is PPOConfig and stock.env == fast.env and stock.seed == 3
+    assert (stock.minibatch_size, stock.num_epochs, stock.lr) == (fast.minibatch_size, fast.num_epochs, fast.lr)
+    dqn = race_atari.rllib_contender_config("FastDQN (ours)", files, seed=3, device="cuda")
+    assert type(dqn).__name__ == "FastDQNConfig" and dqn.env == fast.env
+    stock_dqn = race_atari.rllib_contender_config("DQN (ours)", files, seed=3, device="cuda")
+    assert type(stock_dqn) is DQNConfig and stock_dqn.env == fast.env and stock_dqn.seed == 3
+    for key in ("training_intensity", "n_step", "target_network_update_freq", "lr", "num_env_runners",
+                "num_envs_per_env_runner", "train_batch_size_per_learner"):
+        assert getattr(stock_dqn, key) == getattr(dqn, key), key
+    # Breakout: the presets' Breakout experiments, the same judged env with the game's env_config.
+    for contender in ("FastPPO (ours)", "DQN (ours)"):
+        breakout = race_atari.rllib_contender_config(contender, files, seed=3, device="cuda", game="breakout")
+        assert breakout.env == fast.env and breakout.env_config == {"game": "breakout"} and breakout.seed == 3
+
+
+def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
+    """The SB3 DQN contender on this CPU: with a buffer this machine holds, it runs until its time is up (learning
+    starts at rl-zoo's 100k steps, far beyond 8 s) and the judge's log is on disk; with one no machine holds, it
+    records why it did not run, and the table says so."""
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    pytest.importorskip("stable_baselines3", reason="needs the [bench] extra: python -m pip install 'rl_speed[bench]'")
+    monkeypatch.setitem(race_atari.ATARI_DQN_ZOO, "buffer_size", 20_000)  # rl-zoo's 1M needs 2 x 26 GiB
+    race_atari.run_contender("SB3 DQN (zoo)", seed=1, max_seconds=8.0, directory=str(tmp_path), device="cpu")
+    out = tmp_path / "sb3-dqn-zoo-seed1"
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["ran"] and meta["contender"] == "SB3 DQN (zoo)" and 8.0 <= meta["seconds"] < 60
+    assert list(out.glob("*.csv"))
+
+    monkeypatch.setitem(race_atari.ATARI_DQN_ZOO, "buffer_size", 10**12)
+    race_atari.run_contender("SB3 DQN (zoo)", seed=2, max_seconds=8.0, directory=str(tmp_path), device="cpu")
+    meta = json.loads((tmp_path / "sb3-dqn-zoo-seed2" / "meta.json").read_text())
+    assert not meta["ran"] and "1,000,000,000,000 transitions does not fit this machine's memory" in meta["why"]
+    assert "- SB3 DQN (zoo), seed 2: not run: its replay buffer" in race_atari.section(str(tmp_path))
+
+
+def test_bench_without_the_atari_extra_names_its_install_command(capsys, monkeypatch):
+    import sys
+
+    from rl_speed.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # as if the extra were not installed: `import ale_py` fails
+    assert main(["bench", "race-atari", "--repeats", "1"]) == 2
+    assert "rl_speed[atari]" in capsys.readouterr().err
+
+
+def test_a_contender_with_fewer_games_than_the_window_says_so(tmp_path):
+    _write_run(tmp_path, "PPO (ours)", [(1.0, 100, -21.0)] * 3)
+    row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| PPO (ours)"))
+    assert "-inf" not in row and "(1 of 1 with fewer than 20 episodes)" in row
+
+
+def test_the_pool_runs_every_command_once_and_never_two_on_one_slot(tmp_path):
+    """Real processes on two slots: each logs its slot and start / end times; no slot runs two at once, at most two
+    run at a time, and each command ran once, in its slot's CPUs."""
+    log = tmp_path / "log"
+    script = ("import os, sys, time; t = time.time(); time.sleep(0.3); "
+              "open(sys.argv[1], 'a').write(f\"{sys.argv[2]} {os.environ['SLOT']} {t} {time.time()} "
+              "{sorted(os.sched_getaffinity(0))}\\n\")")
+    cpus = sorted(os.sched_getaffinity(0))
+    slots = [({"SLOT": "0"}, cpus[:1]), ({"SLOT": "1"}, cpus[-1:])]
+    race_atari.run_pool([[sys.executable, "-c", script, str(log), str(i)] for i in range(5)], slots,
+                        poll_seconds=0.05)
+    runs = [line.split(" ", 4) for line in log.read_text().splitlines()]
+    assert sorted(int(r[0]) for r in runs) == [0, 1, 2, 3, 4]
+    for slot, (_, slot_cpus) in enumerate(slots):
+        mine = sorted((float(r[2]), float(r[3])) for r in runs if r[1] == str(slot))
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(mine, mine[1:]))  # one at a time
+        assert all(r[4] == str(slot_cpus) for r in runs if r[1] == str(slot))
+    assert {r[1] for r in runs} == {"0", "1"}  # both slots were used
+
+
+def test_an_unknown_contender_is_refused_before_anything_runs(tmp_path):
+    pytest.importorskip("ale_py", reason="the race checks the [atari] extra first")
+    with pytest.raises(ValueError, match="unknown contenders \\['PPO \\(theirs\\)'\\]"):
+        race_atari.run(contenders=("PPO (theirs)",), directory=str(tmp_path))
+
+
+def test_missing_only_queues_just_the_runs_the_directory_does_not_hold_finished(tmp_path):
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)])  # seed 0, finished under a 600 s cap
+    _write_run(tmp_path, "SB3 PPO (zoo)", [], ran=False)  # seed 0, its extra was missing: made again
+    runs = race_atari.directory_runs(str(tmp_path))
+    contenders = ("FastPPO (ours)", "SB3 PPO (zoo)")
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 600.0, missing_only=True) == [
+        (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
+    everything = [(0, "FastPPO (ours)"), (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 600.0, missing_only=False) == everything
+    # a run under another time cap is not this race's: made again
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 300.0, missing_only=True) == everything
+
+
+def test_a_contender_that_missed_on_some_seeds_also_gets_its_median_over_all_seeds(tmp_path):
+    """Hits at 100, 200 and 300 s and two misses: the hits' median is 200 s, all five seeds' is 300 s (a miss ranks
+    after every hit); with three misses of five the median over all seeds was not reached."""
+    def games_until(t_end, hit):
+        return [(t_end - 20 + i, 1000 * i, 19.0 if hit else -21.0) for i in range(20)]  # 20 games: one window
+
+    for seed, (t, hit) in enumerate([(100, True), (200, True), (300, True), (600, False), (600, False)]):
+        _write_run(tmp_path, "FastDQN (ours)", games_until(t, hit), seed=seed)
+    row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastDQN"))
+    assert "| 199.0 (99.0-299.0) s; all 5 seeds: median 299.0 s |" in row and "| 3/5 |" in row
+    _write_run(tmp_path, "FastDQN (ours)", games_until(600, False), seed=5)
+    _write_run(tmp_path, "FastDQN (ours)", games_until(600, False), seed=6)
+    row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastDQN"))
+    assert "all 7 seeds: median not reached" in row and "| 3/7 |" in row
