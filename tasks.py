@@ -69,10 +69,10 @@ def main() -> int:
         if task in ("mario-setup", "mario"):
             setup_mario()
         if task == "mario":
-            sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/mario_dqn.yaml", "--storage-path", "results", *extra)
+            sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/mario_dqn.yaml", "--storage-path", "runs", *extra)
         if task == "demo":
             sh(VENV / "bin" / "rl-speed", "train", "tuned_examples/snake_fastppo.yaml", "--stop", '{"time_total_s": 60}',
-               "--storage-path", "results", *extra)
+               "--storage-path", "runs", *extra)
         elif task == "test":
             sh(PY, "-m", "pytest", *extra)
         elif task == "slow":

@@ -53,9 +53,14 @@ def test_the_wheel_holds_the_library_and_no_benchmark(tmp_path):
     import zipfile
     from pathlib import Path
 
+    import shutil
+
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-                    str(root)], check=True, capture_output=True, text=True)
+    source = tmp_path / "checkout"  # (setuptools builds in the source tree: a copy keeps the checkout clean)
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "results",
+                                                                "__pycache__", ".ray_kit*"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(source)], check=True, capture_output=True, text=True)
     (wheel,) = tmp_path.glob("rl_speed-*.whl")
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {"rl_speed", "rl_speed_envs"} <= tops

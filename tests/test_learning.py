@@ -225,7 +225,7 @@ def test_mario_cpu_preset_gets_clearly_further_than_random_on_1_1(tmp_path, cli_
 
 
 #: "clearly above random": the trained policy's mean final x-position and mean return must both beat random's by this
-#: factor (see BENCHMARKS.md, "Mario learning", for the measured values)
+#: factor (see docs/studies/mario.md, "Mario learning", for the measured values)
 MARIO_X_FACTOR = 1.3
 
 

@@ -9,7 +9,7 @@ scores) with:
 * for a policy-gradient module, actions sampled from its distribution, as it acted in training;
 * uniformly random actions.
 
-It reports the mean, min and max episode return of each: the evaluation behind the Pong rows of BENCHMARKS.md,
+It reports the mean, min and max episode return of each: the evaluation behind the Pong rows of docs/studies/pong-and-atari.md,
 independent of RLlib's per-iteration ``episode_return_mean``.
 """
 

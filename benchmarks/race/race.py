@@ -56,7 +56,7 @@ from benchmarks.race.stats import permutation_p
 
 def value_clip_ablation(repeats: int = 5, task_name: str = "CartPole-v1", max_seconds: float = 150.0) -> str:
     """FastPPO at the task's rl-zoo settings with RLlib's default value-loss clip (``vf_clip_param`` 10) and without
-    it (SB3's loss): env steps to the target per seed and the permutation test (BENCHMARKS.md)."""
+    it (SB3's loss): env steps to the target per seed and the permutation test (docs/studies/time-to-a-score.md)."""
     import ray
     import torch
 

@@ -2,12 +2,12 @@
 seeing only its own GPU (RLlib's learner group sets ``CUDA_VISIBLE_DEVICES`` per learner actor) against every
 process seeing all GPUs and picking its own by rank.
 
-Why: on the 4x H100 host the grid arena preset's minibatch loop did not shrink with more learners (BENCHMARKS.md,
+Why: on the 4x H100 host the grid arena preset's minibatch loop did not shrink with more learners (docs/studies/learner-scaling.md,
 "where the grid arena's learner time goes"): each minibatch cost about 40 ms more at 4 learners than at one, for an
 all-reduce of 2.7 MB that NVLink moves in well under a millisecond. NCCL moves data between GPUs directly (NVLink,
 PCIe peer access) only between processes that can see each other's GPU, or so NVIDIA/nccl#129 said; this bench
 measures both on the host it runs on, without RLlib or Ray. On a 2x H200 host both went GPU to GPU (``via P2P/CUMEM``
-with ``NCCL_DEBUG=INFO``: NCCL's cuMem path) in 0.04-0.06 ms, which refuted that lead (BENCHMARKS.md).
+with ``NCCL_DEBUG=INFO``: NCCL's cuMem path) in 0.04-0.06 ms, which refuted that lead (docs/studies/learner-scaling.md).
 
 Per row: milliseconds per all-reduce of ``numel`` float32 values (default: the grid arena recurrent module's
 683,528 parameters), median over ``repeats`` rounds of 50 calls after 10 warm-up calls. On a CPU (``--device cpu``)

@@ -1,7 +1,7 @@
 """Cores of their own for the learners: each learner actor pinned to one physical core (its hyperthread siblings
 included), every env runner to the host's other cores.
 
-Why: on a 4x H200 host (BENCHMARKS.md, 2026-11-28) the grid arena's learner time per iteration at 4 learners was
+Why: on a 4x H200 host (docs/studies/learner-scaling.md, 2026-11-28) the grid arena's learner time per iteration at 4 learners was
 0.51 s with the runners idle during the update (sync sampling) and 1.24 s with 56 runners sampling beside it (the
 preset's async sampling), on 64 logical CPUs. A learner's thread launches about a thousand small kernels per
 minibatch, so it runs at the pace of the CPU it gets; unpinned, the OS puts it beside a runner on a shared core (or

@@ -1,7 +1,7 @@
 """Where a learner's update time goes: ``torch.profiler`` on every learner actor over one training iteration.
 
 Why: on a 4x H100 host the grid arena's minibatch call costs 29 ms with one learner and 82 ms with four, for the same
-32,768 rows per call (BENCHMARKS.md, 2026-11-28). Whether the GPUs then compute longer, wait for each other, or wait
+32,768 rows per call (docs/studies/learner-scaling.md, 2026-11-28). Whether the GPUs then compute longer, wait for each other, or wait
 for their host threads cannot be told from wall times. Per learner, over one iteration:
 
 * ``device_busy_s``: the time the GPU ran anything (the union of its kernels' and copies' intervals, so overlapping

@@ -17,7 +17,7 @@ not shrink with more learners shows where it stays.
 
 ``gpus_seen`` adds rows where every learner actor sees all of the host's GPUs (``"all"``) beside RLlib's default,
 each sees only its own (``"own"``). NVIDIA/nccl#129 says NCCL moves data GPU to GPU only between processes that see
-each other's GPU; on the 2x H200 host (BENCHMARKS.md) it went GPU to GPU either way (its cuMem path) and the rows
+each other's GPU; on the 2x H200 host (docs/studies/learner-scaling.md) it went GPU to GPU either way (its cuMem path) and the rows
 differed within noise (see also :mod:`benchmarks.scaling.allreduce`). ``"all"`` sets Ray Train's
 ``TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES`` while the learner group is built; each learner still trains on its own
 GPU (Ray's ``get_devices`` picks it by its GPU id). ``overrides``: config keys set on every row (e.g.

@@ -8,7 +8,7 @@ Each run trains for ``seconds`` after its warm-up: two iterations, and for DQN t
 so the rate is that of learning. Env steps are frame-skipped steps (4 frames each). Run with
 ``rl-speed bench atari --device cuda`` (the [atari] extra installed); ``--device cpu`` shrinks the runners to the
 machine's cores and the replay buffer to host memory. Learning curves come from ``rl-speed train`` runs of the same
-presets (BENCHMARKS.md), not from this benchmark.
+presets (docs/studies/pong-and-atari.md), not from this benchmark.
 """
 
 from __future__ import annotations

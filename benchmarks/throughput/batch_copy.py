@@ -4,7 +4,7 @@ shared memory), against two ways through pinned host memory.
 
 Why: on the 4x H200 host the grid GPU preset's fetch + advantages took 0.518 s of one learner's 0.869 s per iteration,
 for about 0.94 GB of batches from 56 runners, and at 4 learners the slowest learner's took twice the fastest's
-(BENCHMARKS.md, "FastPPO's captured step on four learners"). A pageable copy moves a fraction of what PCIe can. This
+(docs/studies/learner-scaling.md, "FastPPO's captured step on four learners"). A pageable copy moves a fraction of what PCIe can. This
 bench says how fast each way moves a batch of that size on the host it runs on, before the learner is changed.
 
 Ways, each timed in a Ray actor holding one GPU that reads objects the driver put (so, as a learner, it maps their

@@ -98,7 +98,7 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
     ``replay_buffer_config``: ``capacity``, ``alpha``, ``beta`` are honoured, and rl_speed's ``importance_weights``:
     prioritized samples' importance weights are divided by the largest weight in their batch (``"batch"``, the
     default) or, as in RLlib's buffer, by the largest any stored transition would get (``"buffer"``: one pass over the
-    buffer's priorities per sample; BENCHMARKS.md compares both against stock DQN); a ``type`` naming one of RLlib's
+    buffer's priorities per sample; docs/studies/time-to-a-score.md compares both against stock DQN); a ``type`` naming one of RLlib's
     prioritized (episode) buffers selects prioritized sampling, a uniform one uniform sampling; ``storage_device``
     (e.g. "cuda") keeps observations and actions as torch tensors on that device.
     """

@@ -18,7 +18,7 @@ Env-to-module connectors run in their columnar forms (:mod:`rl_speed.connectors.
 real steps only (NEXT_STEP reset steps are masked), where RLlib's GAE connector also counts the bootstrap row it
 appends to each episode chunk; and an epoch is one pass over the ``[T, N]`` rows, where RLlib's cyclic minibatch
 iterator counts those appended rows too (about 10% more minibatches on CartPole at rl-zoo's settings). On CartPole
-the two together made stock need 1.30x fewer env steps (BENCHMARKS.md, "The CartPole sample gap").
+the two together made stock need 1.30x fewer env steps (docs/studies/time-to-a-score.md, "The CartPole sample gap").
 """
 
 from __future__ import annotations

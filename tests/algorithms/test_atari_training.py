@@ -1,7 +1,7 @@
 """FastPPO and FastDQN on rl_speed/Atari-v0 (the [atari] extra): uint8 frames from ale-py's vector env through the
 columns, the replay buffer and the learner's batch up to the module; RLlib's frame_stacking.py example configuration
 on real Pong. No learning check runs on CPU: the Nature CNN's learner trains about 200 env steps/s on 2 cores, and
-Pong or Breakout need millions (BENCHMARKS.md has the GPU runs)."""
+Pong or Breakout need millions (docs/studies/pong-and-atari.md has the GPU runs)."""
 
 from __future__ import annotations
 

@@ -112,3 +112,24 @@ def test_every_benchmark_command_in_the_docs_resolves():
                 assert hasattr(loaded, name) or importlib.util.find_spec(f"{module}.{name}"), \
                     f"{doc.name}: {module} has no {name}"
     assert seen > 10
+
+
+def test_the_results_page_is_what_the_committed_claims_and_result_files_give():
+    """docs/results.md regenerates from results/claims.yaml (and the result.json files it names): edit the claims,
+    then run `python -m benchmarks.results`."""
+    from benchmarks.results import PAGE, load_claims, render_page
+
+    assert PAGE.read_text() == render_page(load_claims())
+
+
+def test_a_claim_with_a_source_reads_its_figure_from_the_result_file(tmp_path, monkeypatch):
+    import json
+
+    import benchmarks.results as results
+
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    (tmp_path / "r.json").write_text(json.dumps({"tables": [{"header": ["env", "FastPPO"], "rows": [["CartPole", "9"]]}]}))
+    claim = {"claim": "c", "source": "r.json", "row": "CartPole", "column": "FastPPO", "machine": "m", "date": "d",
+             "command": "x", "study": "s.md"}
+    assert results.figure_from(claim) == "9"
+    assert "| c | 9 |" in results.render_page([claim])

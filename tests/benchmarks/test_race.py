@@ -174,7 +174,7 @@ def _assert_equivalent(steps: dict[str, list[float]], names: tuple[str, str]) ->
 def test_fast_ppo_learns_cartpole_in_as_many_env_steps_as_stock_ppo(ray_session):
     """Learning-level equivalence: rl-zoo's CartPole PPO settings (SB3's loss), 10 seeds each, env steps to the
     judge's target of 475 within the task's 200,000 steps, with the two stated differences of the batch layout
-    aligned (BENCHMARKS.md, "The CartPole sample gap"):
+    aligned (docs/studies/time-to-a-score.md, "The CartPole sample gap"):
 
     * advantages standardized over real steps on both sides (``real_steps_ppo_learner``): RLlib's own rule also
       counts the bootstrap row it appends to each episode chunk;
@@ -201,7 +201,7 @@ def test_fast_dqn_learns_cartpole_in_as_many_env_steps_as_stock_dqn(ray_session)
     8 envs; rl-zoo's DQN settings reach no target within minutes on either side) with 1-step returns, 5 seeds each, env
     steps to a running mean of 200 within 100,000 steps. FastDQN normalizes prioritized replay's importance weights
     as RLlib does (over the whole buffer, ``importance_weights: buffer``): with its default (over the sampled batch)
-    the weights average about 7x RLlib's and FastDQN needed 0.32x stock's env steps (BENCHMARKS.md). With the
+    the weights average about 7x RLlib's and FastDQN needed 0.32x stock's env steps (docs/studies/time-to-a-score.md). With the
     example's 3-step returns stock DQN reached 475 in none of 5 seeds (FastDQN: 5 of 5); with 1-step returns neither
     reached 475 within 100,000 steps in 4 of 5 seeds, which tells nothing apart. So the two are compared at 1-step
     returns and a target both reach."""
@@ -216,7 +216,7 @@ def test_fast_dqn_learns_cartpole_in_as_many_env_steps_as_stock_dqn(ray_session)
 
 def test_zoo_settings_map_sb3_loss_on_both_rllib_contenders():
     """SB3's PPO loss: value weight 0.5, no KL term, grad-norm clip 0.5 and no value-loss clipping (RLlib's
-    vf_clip_param of 10 cost FastPPO 1.4x the env steps on CartPole: BENCHMARKS.md)."""
+    vf_clip_param of 10 cost FastPPO 1.4x the env steps on CartPole: docs/studies/time-to-a-score.md)."""
     import math
 
     from benchmarks.race.contenders import TASKS, rllib_config, zoo_in_rllib

@@ -3,7 +3,7 @@
 (``ray.rllib.algorithms.ppo.PPO`` / ``PPOConfig`` and Tune's ``"PPO"``), both as ``--no-tune --stop-iters=2
 --num-cpus=2``. Where stock runs, FastPPO must run too, or be refused at config time with a FastPPO message; a
 crash fails the test. A script that needs a package this machine lacks is recorded as such. A full run writes the
-outcome table to ``results/rllib_example_suite.md``.
+outcome table and its data to ``results/rllib_example_suite/`` (``rllib_example_suite.md``, ``result.json``).
 
 Slow: about 20 minutes on 2 cores for all; CI runs the ``ci`` selection (turn-based, mixed spaces, a raw connector
 piece, a user's Learner)."""
@@ -88,8 +88,10 @@ def table():
             if script in rows:
                 stock, fast, reason, seconds = rows[script]
                 lines.append(f"| `{script}` | {stock} | {fast} | {reason.replace('|', '/')[:200]} | {seconds} |")
-        (ROOT / "results").mkdir(exist_ok=True)
-        (ROOT / "results" / "rllib_example_suite.md").write_text("\n".join(lines) + "\n")
+        from benchmarks.results import write_result
+
+        write_result("rllib_example_suite", "\n".join(lines), ROOT / "results" / "rllib_example_suite",
+                     command="pytest -m slow tests/examples/test_rllib_example_suite.py")
 
 
 @pytest.mark.slow

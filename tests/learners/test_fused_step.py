@@ -1,4 +1,5 @@
-"""FastUpdateMixin: clipping equals RLlib's global-norm clipping; a non-finite update is skipped and counted."""
+"""The fused optimizer step (rl_speed.learners.optimizer_step): clipping equals RLlib's global-norm clipping; a
+non-finite update is skipped and counted."""
 
 from __future__ import annotations
 

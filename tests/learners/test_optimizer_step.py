@@ -1,5 +1,6 @@
-"""TrainStepMixin: gradient accumulation equals the big-batch step, mixed precision stays close to fp32, an
-overflowed (scaled) step is skipped and counted, and bad keys fail at configuration time."""
+"""OptimizerStepMixin (rl_speed.learners.optimizer_step): gradient accumulation equals the big-batch step, mixed
+precision stays close to fp32, an overflowed (scaled) step is skipped and counted, and bad keys fail at configuration
+time."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_bf16_loss_is_within_tolerance_of_fp32():
 
 
 def test_scaled_step_that_overflows_is_skipped_counted_and_lowers_the_scale():
-    # fp16 autocast needs CUDA (tests/learners/test_train_step.py::test_fp16_on_cuda runs it there); the scaler
+    # fp16 autocast needs CUDA (tests/learners/test_optimizer_step.py::test_fp16_on_cuda runs it there); the scaler
     # logic is device-independent, so drive it on CPU with a scale so large that the scaled gradients overflow
     # (MSE on targets of ~1e4 gives gradients far above 1; times 1e38 that exceeds fp32's 3.4e38).
     learner = _learner(td_error_loss_fn="mse")
