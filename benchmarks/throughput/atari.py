@@ -38,7 +38,8 @@ def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str =
     config = experiment.config.copy(copy_frozen=False)
     if device != "cuda":  # fewer cores: fewer runners, the same per-runner size; replay in host memory
         runners = max(1, min(config.num_env_runners, (cpus or usable_cpus()) - 1))
-        config.env_runners(num_env_runners=runners).learners(num_gpus_per_learner=0)
+        config.env_runners(num_env_runners=runners, num_gpus_per_env_runner=0).learners(num_gpus_per_learner=0)
+        config.training(cuda_graph=False)  # (a captured step needs a CUDA learner)
         if algo == "PPO":
             batch = runners * config.num_envs_per_env_runner * config.rollout_fragment_length
             config.training(train_batch_size_per_learner=batch, minibatch_size=min(config.minibatch_size, batch))

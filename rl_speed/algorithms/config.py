@@ -372,12 +372,6 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
         problems.append("it needs a CUDA learner (`num_gpus_per_learner: 1`)")
     if config.mixed_precision == "fp16":
         problems.append("fp16's grad scaler keeps its state in Python; use `mixed_precision: bf16`")
-    if not isinstance(config.lr, (int, float)):
-        problems.append(f"the learning rate must be a constant (got the schedule {config.lr!r}); the captured "
-                        "Adam kernel keeps the lr it was captured with")
-    entropy = getattr(config, "entropy_coeff", 0.0)
-    if not isinstance(entropy, (int, float)):
-        problems.append(f"the entropy coefficient must be a constant (got the schedule {entropy!r})")
     several_learners = (config.num_learners or 0) > 1
     if several_learners and not config.cuda_graph_learners:
         problems.append(f"{name}'s learners may sample minibatches of different shapes, and each captured step is "

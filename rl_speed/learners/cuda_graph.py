@@ -22,10 +22,11 @@ How (torch's "whole network capture" recipe):
 FastDQN and FastPPO. RLlib's PPO loss blocks capture (its masked means index by a boolean mask, a device-to-host
 sync, and it builds a constant with ``torch.tensor``, a blocking copy); FastPPO's loss,
 :mod:`rl_speed.learners.ppo_loss`, does neither. PPO's KL coefficient is a device tensor that RLlib updates in place
-after each ``update()``, so a replay reads its current value. What a replay cannot see, and the config therefore
+after each ``update()``, so a replay reads its current value; the same holds for the learning rate (Adam's lr is a
+device tensor, written in place by RLlib's lr schedule, :mod:`rl_speed.learners.optimizer_step`) and PPO's entropy
+coefficient (a device tensor the learner sets from RLlib's schedule after each update). What a replay cannot see, and the config therefore
 refuses (``rl_speed.algorithms.config.check_cuda_graph_keys``): a CPU learner, fp16's grad scaler (its scale and skip
-bookkeeping live in Python), a learning-rate or entropy schedule (the values are constants inside the captured
-kernels), several learners where their minibatch shapes may differ (FastDQN; FastPPO's learners step in lockstep
+bookkeeping live in Python), several learners where their minibatch shapes may differ (FastDQN; FastPPO's learners step in lockstep
 and average their gradients in the step, :mod:`rl_speed.learners.gradient_all_reduce`), several modules (one
 captured step holds every module's optimizer), RLlib's LSTM (a new padded shape every batch), and torch.compile
 modes that capture graphs themselves.

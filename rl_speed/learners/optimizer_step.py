@@ -128,9 +128,36 @@ class OptimizerStepMixin:
         # fused on CPU and CUDA: one kernel per step (on CPU ~40% of foreach Adam's time for a 256-256 MLP) and a
         # skip flag that stays a tensor; capturable keeps the step count on the device, which a CUDA graph needs
         capturable = self._device.type == "cuda" and bool(getattr(self.config, "cuda_graph", False))
-        optimizer = torch.optim.Adam(params, fused=True, capturable=capturable)
+        if capturable:
+            # The captured Adam kernel reads its lr from this device tensor at every replay: RLlib's lr schedule
+            # (applied through _set_optimizer_lr after each update) then reaches a replayed step too.
+            device_lr = torch.tensor(float(config.lr if isinstance(config.lr, (int, float)) else config.lr[0][1]),
+                                     device=self._device)
+            optimizer = torch.optim.Adam(params, lr=device_lr, fused=True, capturable=True)
+            optimizer.device_lr = device_lr
+        else:
+            optimizer = torch.optim.Adam(params, fused=True)
         self.register_optimizer(module_id=module_id, optimizer=optimizer,
                                 params=params, lr_or_lr_schedule=config.lr)
+
+    @staticmethod
+    @override(TorchLearner)
+    def _set_optimizer_lr(optimizer: torch.optim.Optimizer, lr: Any) -> None:
+        """RLlib's lr update (its schedules call it after every update); a capturable optimizer's lr is written into
+        its device tensor in place, so a captured step replays with the new value."""
+        device_lr = getattr(optimizer, "device_lr", None)
+        if device_lr is not None:
+            device_lr.fill_(float(lr))
+        for group in optimizer.param_groups:
+            group["lr"] = device_lr if device_lr is not None else lr
+
+    def _restore_device_lrs(self) -> None:
+        """A restored optimizer state brings plain-number lrs: put each capturable optimizer's device tensor back
+        (holding that value) before a step is captured or replayed."""
+        for optimizer in self._optimizer_parameters:
+            device_lr = getattr(optimizer, "device_lr", None)
+            if device_lr is not None and any(g["lr"] is not device_lr for g in optimizer.param_groups):
+                self._set_optimizer_lr(optimizer, optimizer.param_groups[0]["lr"])
 
     def _autocast(self) -> Any:
         if self._autocast_dtype is None:
@@ -146,6 +173,7 @@ class OptimizerStepMixin:
             return super()._uncompiled_update(batch, **kwargs)  # type: ignore[misc]
         self._compute_off_policyness(batch)  # reads the host's weights version: never inside a captured graph
         if self._step_graphs is not None:
+            self._restore_device_lrs()
             return self._step_graphs(batch)
         return self._train_step(batch)
 

@@ -135,6 +135,24 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             out.append(LossRows(module_id, flat, minibatch_rows, int(mask.sum()), env_steps))
         return out
 
+    def entropy_coeff(self, module_id: str) -> Any:
+        """The loss's entropy coefficient: RLlib's scheduler value, or with a captured step a device tensor that
+        :meth:`after_gradient_based_update` sets in place (RLlib's scheduler swaps its tensor's storage, which a
+        replayed graph would not see)."""
+        value = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+        if self._step_graphs is None:
+            return value
+        coeffs = self.__dict__.setdefault("_entropy_coeffs_on_device", {})
+        if module_id not in coeffs:
+            coeffs[module_id] = torch.tensor(float(value), device=self._device)
+        return coeffs[module_id]
+
+    @override(PPOTorchLearner)
+    def after_gradient_based_update(self, *, timesteps: dict) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)  # RLlib's schedules move (lr, entropy, KL)
+        for module_id, coeff in getattr(self, "_entropy_coeffs_on_device", {}).items():
+            coeff.fill_(float(self.entropy_coeff_schedulers_per_module[module_id].get_current_value()))
+
     @override(UpdateLoopMixin)
     def placeholder_rows(self, module_id: str) -> LossRows:
         """One row of ``module_id`` from its spaces (an observation and an action drawn from them, the module's own

@@ -96,7 +96,8 @@ def ppo_loss(learner: Any, module_id: str, config: Any, batch: dict, fwd_out: di
     else:
         value_fn_out = vf_loss = vf_loss_clipped = torch.zeros((), device=surrogate_loss.device)
 
-    entropy_coeff = learner.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+    entropy_coeff = (learner.entropy_coeff(module_id) if hasattr(learner, "entropy_coeff")
+                     else learner.entropy_coeff_schedulers_per_module[module_id].get_current_value())
     total_loss = mean(-surrogate_loss + config.vf_loss_coeff * vf_loss_clipped - entropy_coeff * curr_entropy)
     if config.use_kl_loss:
         total_loss += learner.curr_kl_coeffs_per_module[module_id] * mean_kl_loss

@@ -31,8 +31,6 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs nee
     (FastDQNConfig, {"cuda_graph": "yes"}, {}, "must be true or false"),
     (FastDQNConfig, {"cuda_graph": True}, {}, "needs a CUDA learner"),
     (FastDQNConfig, {"cuda_graph": True, "mixed_precision": "fp16"}, {"num_gpus_per_learner": 1}, "bf16"),
-    (FastDQNConfig, {"cuda_graph": True, "lr": [[0, 1e-3], [1000, 1e-4]]}, {"num_gpus_per_learner": 1},
-     "learning rate must be a constant"),
     (FastDQNConfig, {"cuda_graph": True}, {"num_gpus_per_learner": 1, "num_learners": 2}, "num_learners"),
 ])
 def test_bad_cuda_graph_settings_fail_at_validation(config_cls, training, learners, needle):
@@ -40,6 +38,12 @@ def test_bad_cuda_graph_settings_fail_at_validation(config_cls, training, learne
     with pytest.raises(ValueError, match="cuda_graph") as error:
         config.validate()
     assert needle in str(error.value)
+
+
+def test_cuda_graph_takes_learning_rate_and_entropy_schedules():
+    for config in (FastDQNConfig().training(lr=[[0, 1e-3], [1000, 1e-4]]),
+                   FastPPOConfig().training(lr=[[0, 1e-3], [1000, 1e-4]], entropy_coeff=[[0, 0.01], [1000, 0.0]])):
+        config.environment("CartPole-v1").training(cuda_graph=True).learners(num_gpus_per_learner=1).validate()
 
 
 def test_cuda_graph_refuses_compile_modes_that_capture_graphs_themselves():
@@ -160,7 +164,7 @@ def _ppo_algo(learners=0, **training):
               .environment("rl_speed/CueCorridor-v0", env_config={"length": 5})
               .env_runners(num_env_runners=0, num_envs_per_env_runner=64, rollout_fragment_length=32)
               .training(train_batch_size_per_learner=2048 // shares, minibatch_size=512 // shares, num_epochs=2,
-                        lr=1e-3, bptt_horizon=16, entropy_coeff=0.01, **training)
+                        bptt_horizon=16, **{"lr": 1e-3, "entropy_coeff": 0.01, **training})
               .rl_module(rl_module_spec=RLModuleSpec(module_class=RecurrentActorCritic),
                          model_config={"fcnet_hiddens": [32], "lstm_cell_size": 32})
               .learners(num_learners=learners, num_gpus_per_learner=1)
@@ -176,6 +180,37 @@ def _ppo_update(algo, columns):
     (results,) = algo.learner_group.update(batch=[copy.deepcopy(columns)], minibatch_size=512, num_epochs=2,
                                            shuffle_batch_per_epoch=True, timesteps=steps)
     return results[DEFAULT_MODULE_ID]
+
+
+@cuda
+def test_fast_ppo_replayed_graph_follows_lr_and_entropy_schedules_like_the_eager_step(ray_session, monkeypatch):
+    """RLlib's schedules move the lr and the entropy coefficient after each update(); a replayed graph reads both
+    from device tensors set in place, so it trains exactly as the eager step (here 2,048 lifetime steps of each
+    schedule's 4,096: lr 1e-3 -> 5.5e-4, entropy 0.05 -> 0.025 after the first call)."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    schedules = {"lr": [[0, 1e-3], [4096, 1e-4]], "entropy_coeff": [[0, 0.05], [4096, 0.0]]}
+    eager, graphed = _ppo_algo(**schedules), _ppo_algo(cuda_graph=True, **schedules)
+    try:
+        learners = [algo.learner_group._learner for algo in (eager, graphed)]
+        learners[1].module[DEFAULT_MODULE_ID].load_state_dict(learners[0].module[DEFAULT_MODULE_ID].state_dict())
+        for call in range(3):
+            columns = eager.env_runner.sample_columns()
+            expected, ours = _ppo_update(eager, columns), _ppo_update(graphed, columns)
+            for key in ("total_loss", "policy_loss", "entropy", "mean_kl_loss"):
+                assert ours[key].peek() == pytest.approx(expected[key].peek(), rel=1e-3, abs=1e-4), (call, key)
+            weights = learners[1].module[DEFAULT_MODULE_ID].state_dict()
+            for name, value in learners[0].module[DEFAULT_MODULE_ID].state_dict().items():
+                torch.testing.assert_close(weights[name], value, rtol=1e-3, atol=1e-4, msg=name)
+            for learner in learners:
+                (optimizer,) = learner._optimizer_parameters
+                assert float(optimizer.param_groups[0]["lr"]) == pytest.approx(5.5e-4)
+                coeff = learner.entropy_coeff(DEFAULT_MODULE_ID)
+                assert float(coeff) == pytest.approx(0.025)
+        assert learners[1]._step_graphs.replays > 0
+    finally:
+        eager.stop()
+        graphed.stop()
 
 
 @cuda

@@ -1,0 +1,52 @@
+"""Do env runners always start? Builds an algorithm from a preset again and again, each time counting the remote
+env runners that came up healthy, then stops it: ``builds`` x ``num_env_runners`` runner starts.
+
+Why: once, one runner in 90 failed to start on a GPU host (a half-imported ``rl_speed_envs`` in a Ray worker), and
+RLlib's default ``restart_failed_env_runners`` then trains on without it. Run: ``rl-speed bench runner-starts
+--device cuda --repeats 8`` (repeats = builds), on the box the preset is for.
+"""
+
+from __future__ import annotations
+
+import time
+
+from benchmarks import TUNED_EXAMPLES
+from benchmarks.common import machine, usable_cpus
+
+
+def run(repeats: int = 8, device: str = "cpu", preset: str = "atari_ppo_gpu.yaml") -> str:
+    import ray
+
+    import rl_speed
+    from rl_speed.experiments import load_experiments
+
+    rl_speed.register()
+    config = load_experiments(TUNED_EXAMPLES / preset)[0].config
+    if device != "cuda":
+        config = config.copy(copy_frozen=False)
+        config.env_runners(num_env_runners=max(1, usable_cpus() - 1), num_gpus_per_env_runner=0)
+        config.learners(num_gpus_per_learner=0).training(cuda_graph=False)
+    wanted = config.num_env_runners
+    ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
+             include_dashboard=False, log_to_driver=False)
+    started, seconds = [], []
+    try:
+        for _ in range(repeats):
+            begin = time.monotonic()
+            algo = config.build_algo()
+            try:
+                started.append(algo.env_runner_group.num_healthy_remote_env_runners())
+            finally:
+                algo.stop()
+            seconds.append(time.monotonic() - begin)
+    finally:
+        ray.shutdown()
+    failed = sum(wanted - s for s in started)
+    return "\n".join([
+        "### Env runner starts", "",
+        f"Command: `rl-speed bench runner-starts --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}`"
+        f" · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `{preset}`'s first experiment, "
+        f"{wanted} remote runners per build.", "",
+        "| builds | runner starts | failed to start | seconds per build (median) |", "|---:|---:|---:|---:|",
+        f"| {repeats} | {repeats * wanted} | {failed} | {sorted(seconds)[len(seconds) // 2]:.1f} |",
+    ])
