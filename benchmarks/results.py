@@ -25,8 +25,14 @@ PAGE = ROOT / "docs" / "results.md"
 
 
 def _commit() -> str:
+    """The checkout's commit, with ``+dirty`` where its tracked files differ from it (the code measured is then
+    not exactly that commit's)."""
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+    if proc.returncode:
+        return "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=ROOT).stdout.strip()
+    return proc.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def write_result(name: str, markdown: str, directory: str | Path, command: str) -> list[Path]:
