@@ -9,8 +9,10 @@ scores) with:
 * for a policy-gradient module, actions sampled from its distribution, as it acted in training;
 * uniformly random actions.
 
-It reports the mean, min and max episode return of each: the evaluation behind the Pong rows of docs/studies/pong-and-atari.md,
-independent of RLlib's per-iteration ``episode_return_mean``.
+It reports the mean, min and max episode return of each: the evaluation behind the Pong rows of
+docs/studies/pong-and-atari.md, independent of RLlib's per-iteration ``episode_return_mean``. Each policy plays under
+two protocols: the training one (sticky actions as trained, usually 0.0) and the standard one of Machado et al.
+(2018), ALE v5's default: sticky actions 0.25; both play the full game (no episode end at a life loss).
 """
 
 from __future__ import annotations
@@ -65,8 +67,22 @@ def module_policy(module: Any, mode: str, seed: int = 0) -> Policy:
     return act
 
 
-def evaluate(module: Any, env_config: dict, episodes: int) -> dict[str, np.ndarray]:
-    """Returns per policy: ``greedy``, ``sampled`` (modules with distribution inputs only), ``random``."""
+#: ``repeat_action_probability`` of the standard protocol (Machado et al. 2018; ALE v5's default)
+STANDARD_STICKY = 0.25
+
+
+def protocols(env_config: dict) -> dict[float, dict]:
+    """The evaluation env configs by sticky-action probability: as trained, and the standard 0.25; full games."""
+    trained = float(env_config.get("repeat_action_probability", 0.0))
+    full_game = {**env_config, "episodic_life": False}
+    return {p: {**full_game, "repeat_action_probability": p} for p in sorted({trained, STANDARD_STICKY})}
+
+
+def evaluate(module: Any, env_config: dict, episodes: int, sticky: float | None = None) -> dict[str, np.ndarray]:
+    """Returns per policy: ``greedy``, ``sampled`` (modules with distribution inputs only), ``random``; with
+    ``sticky``, under that sticky-action probability (full games), else under ``env_config`` as it is."""
+    if sticky is not None:
+        env_config = protocols({**env_config, "repeat_action_probability": sticky})[sticky]
     results = {"greedy": play(module_policy(module, "greedy"), episodes, env_config)}
     if not hasattr(module, "compute_q_values"):  # a policy-gradient module: also as it acted in training
         results["sampled"] = play(module_policy(module, "sample"), episodes, env_config)
@@ -81,16 +97,20 @@ def run(repeats: int = 32, device: str = "cpu", checkpoint: str | None = None) -
     module, env_config = load_policy_module(checkpoint)
     if device == "cuda":
         module.to("cuda")
-    results = evaluate(module, env_config, repeats)
-    rows = [f"| {name} | {r.mean():.2f} | {r.min():.0f} | {r.max():.0f} |" for name, r in results.items()]
+    rows = []
+    for sticky in protocols(env_config):
+        results = evaluate(module, env_config, repeats, sticky=sticky)
+        rows += [f"| {name} | {sticky:g} | {r.mean():.2f} | {r.min():.0f} | {r.max():.0f} |"
+                 for name, r in results.items()]
     return "\n".join([
         "### Atari policy vs random",
         "",
         f"Command: `rl-speed bench atari-policy --checkpoint {checkpoint} --repeats {repeats} --device {device}` · "
         f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · env_config {env_config} · one episode on each "
-        f"of {repeats} fresh emulators per policy (seeds from 1000).",
+        f"of {repeats} fresh emulators per policy (seeds from 1000), full games, under the sticky-action "
+        f"probability trained with and under {STANDARD_STICKY} (the standard protocol).",
         "",
-        "| policy | mean return | min | max |",
-        "|---|---:|---:|---:|",
+        "| policy | sticky actions | mean return | min | max |",
+        "|---|---:|---:|---:|---:|",
         *rows,
     ])

@@ -1,5 +1,6 @@
 """`rl-speed bench atari-policy`: plays one whole episode per emulator with a checkpoint's module (greedy, and
-sampled for a policy-gradient module) and with random actions; a missing --checkpoint is a usage error."""
+sampled for a policy-gradient module) and with random actions, under the sticky actions it was trained with and under
+the standard 0.25, full games; a missing --checkpoint is a usage error."""
 
 from __future__ import annotations
 
@@ -38,9 +39,19 @@ def test_a_ppo_checkpoint_is_played_greedy_sampled_and_against_random(tmp_path, 
     assert main(["bench", "atari-policy", "--checkpoint", str(checkpoint), "--repeats", "2",
                  "--output", str(tmp_path)]) == 0
     table = capsys.readouterr().out
-    for row in ("| greedy |", "| sampled |", "| random |"):
-        assert row in table
+    for policy in ("greedy", "sampled", "random"):
+        for sticky in ("0", "0.25"):
+            assert f"| {policy} | {sticky} |" in table
     assert "'game': 'pong'" in table
+
+
+def test_protocols_are_the_trained_sticky_actions_and_the_standard_one_on_full_games():
+    from benchmarks.evaluate.atari_policy import protocols
+
+    configs = protocols({"game": "pong", "repeat_action_probability": 0.0, "episodic_life": True})
+    assert sorted(configs) == [0.0, 0.25]
+    assert all(not c["episodic_life"] and c["repeat_action_probability"] == p for p, c in configs.items())
+    assert sorted(protocols({"game": "pong", "repeat_action_probability": 0.25})) == [0.25]
 
 
 def test_a_q_network_is_played_greedy_only():
