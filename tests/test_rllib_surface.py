@@ -31,6 +31,8 @@ PRIVATE = [
     ("ray.rllib.core.learner.torch.torch_learner", "TorchLearner", "_uncompiled_update", "method",
      "OptimizerStepMixin (precision, accumulation, CUDA graph)"),
     ("ray.rllib.core.learner.learner", "Learner", "_make_batch_if_necessary", "method", "UpdateLoopMixin"),
+    ("ray.rllib.core.learner.torch.torch_learner", "TorchLearner", "_set_optimizer_lr", "method",
+     "OptimizerStepMixin: a capturable optimizer's lr is a device tensor written in place"),
     ("ray.rllib.core.learner.torch.torch_learner", "TorchLearner", "_make_modules_ddp_if_necessary", "method",
      "OptimizerStepMixin: no DDP wrapper when a captured step averages the gradients itself"),
     ("ray.rllib.core.learner.learner", "Learner", "_check_is_built", "method", "UpdateLoopMixin.update"),

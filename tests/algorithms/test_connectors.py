@@ -262,7 +262,7 @@ def test_rllib_frame_stacking_example_configuration_runs_with_fast_ppo():
 
 @pytest.mark.parametrize("change, needle", [
     (dict(env_to_module_connector=lambda env, spaces, device: WriteObservationsToEpisodes()),
-     "WriteObservationsToEpisodes has no columnar form"),
+     "WriteObservationsToEpisodes failed on the env's first observation"),
     (dict(module_to_env_connector=lambda env, spaces: WriteObservationsToEpisodes()), "module_to_env_connector"),
     (dict(add_default_connectors_to_env_to_module_pipeline=False), "add_default_connectors_to_env_to_module"),
 ])
