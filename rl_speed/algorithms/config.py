@@ -276,11 +276,12 @@ def check_connectors(config: Any, name: str) -> None:
         config._value_error(f"{name}: `module_to_env_connector` pieces do not run on the columnar path (the runner "
                             "samples actions from the module's outputs itself); post-process actions in the env "
                             "(a gymnasium wrapper) or the RLModule, or use stock RLlib.")
-    multi_agent_pieces = config._env_to_module_connector if config.is_multi_agent else None  # (check_multi_agent)
-    if config._env_to_module_connector in (None, multi_agent_pieces) and config._learner_connector is None:
+    # (multi-agent pieces are built and checked per env copy by check_multi_agent)
+    env_pieces = config._env_to_module_connector is not None and not config.is_multi_agent
+    if not env_pieces and config._learner_connector is None:
         return
     obs_space, act_space = probe_spaces(config)
-    if config._env_to_module_connector is not None and not config.is_multi_agent:
+    if env_pieces:
         try:
             pipeline = config.build_env_to_module_connector(
                 spaces={INPUT_ENV_SINGLE_SPACES: (obs_space, act_space)})
@@ -288,7 +289,7 @@ def check_connectors(config: Any, name: str) -> None:
             config._value_error(f"{name}: `env_to_module_connector` could not be built for the env's spaces "
                                 f"(observations {obs_space}, actions {act_space}): {type(e).__name__}: {e}")
         try:
-            probe_raw_pieces(columnar_pipeline(pipeline, num_lanes=1), first_observation(config))
+            probe_raw_pieces(columnar_pipeline(pipeline, num_lanes=1), lambda: first_observation(config))
         except UnsupportedConnector as e:
             config._value_error(f"{name}: `env_to_module_connector`: {e}")
     if config._learner_connector is not None:

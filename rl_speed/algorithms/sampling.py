@@ -8,6 +8,7 @@ runners, so there is no lock to contend for and no per-transition message.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import traceback
@@ -80,14 +81,6 @@ def _guarded(runner: Any, by_reference: bool) -> RunnerBatch | RunnerFailure:
         return RunnerFailure(runner.worker_index, f"{type(e).__name__}: {e}", traceback.format_exc())
 
 
-def _sample_guarded(runner: Any) -> RunnerBatch | RunnerFailure:
-    return _guarded(runner, by_reference=False)
-
-
-def _sample_guarded_by_reference(runner: Any) -> RunnerBatch | RunnerFailure:
-    return _guarded(runner, by_reference=True)
-
-
 def _sample_runner_by_reference(runner: Any) -> RunnerBatch:
     """As :func:`_sample_runner`, but the columns stay in the object store (put by the runner, which owns them):
     the algorithm passes the reference on to a learner actor, which reads them from there; the driver never
@@ -147,7 +140,7 @@ class ColumnSampler:
     def __init__(self, algo: Any, streaming: bool = False, by_reference: bool = False) -> None:
         self.algo = algo
         self.streaming = streaming
-        self._sample_remote = _sample_guarded_by_reference if by_reference else _sample_guarded
+        self._sample_remote = functools.partial(_guarded, by_reference=by_reference)
         self._in_flight = 0
         self._early: list[RunnerBatch] = []  # FastPPO: batches beyond one train batch, for the next call
 

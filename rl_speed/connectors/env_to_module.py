@@ -24,7 +24,7 @@ statistics) give each lane the same result as RLlib's sequential loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -237,9 +237,17 @@ class ColumnarObservationPreprocessor:
     def __call__(self, obs: Any, step: Step) -> Any:
         if self.batched is not None:
             return self.batched(obs)
-        lanes = len(tree.flatten(obs)[0])
-        rows = [self.piece.preprocess(tree.map_structure(lambda x: x[i], obs), None) for i in range(lanes)]
-        return tree.map_structure(lambda *xs: np.stack(xs), *rows)
+        return _stack([self.piece.preprocess(lane, None) for lane in _lanes(obs)])
+
+
+def _lanes(obs: Any) -> list:
+    """``[N, ...]`` observations (a structure for Dict / Tuple spaces) as N per-lane observations."""
+    return [tree.map_structure(lambda x, i=i: x[i], obs) for i in range(len(tree.flatten(obs)[0]))]
+
+
+def _stack(rows: list) -> Any:
+    """Per-lane results back into ``[N, ...]`` arrays (leaf by leaf)."""
+    return tree.map_structure(lambda *xs: np.stack(xs), *rows)
 
 
 def columnar_pipeline(rllib_pipeline: Any, num_lanes: int) -> list:
@@ -340,17 +348,16 @@ class ColumnarLastObservationPiece:
         return [e.observation for e in episodes]
 
     def __call__(self, obs: Any, step: Step) -> Any:
-        lanes = len(tree.flatten(obs)[0])
-        rows = self._call([tree.map_structure(lambda x: x[i], obs) for i in range(lanes)])
-        return tree.map_structure(lambda *xs: np.stack(xs), *rows)
+        return _stack(self._call(_lanes(obs)))
 
 
-def probe_raw_pieces(forms: list, first_obs: Any) -> None:
-    """Runs the forms on one real observation (``[1, ...]``) when any of them is a raw ConnectorV2 piece, so a piece
-    that cannot run on the columnar path is refused before anything starts, with what it did."""
+def probe_raw_pieces(forms: list, first_obs: Callable[[], Any]) -> None:
+    """Runs the forms on one real observation (``first_obs()``, ``[1, ...]``; made only when needed) when any of them
+    is a raw ConnectorV2 piece, so a piece that cannot run on the columnar path is refused before anything starts,
+    with what it did."""
     if not any(isinstance(f, ColumnarLastObservationPiece) for f in forms):
         return
-    obs, step = first_obs, Step(np.ones(1, bool))
+    obs, step = first_obs(), Step(np.ones(1, bool))
     for form in forms:
         try:
             obs = form(obs, step)

@@ -130,6 +130,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         self._forms = multi_agent_pipeline(self._env_to_module) if self._env_to_module is not None else []
         # Turn-based envs: the algorithm's learner reads `next_row` (FastPPO); others refuse them at config time.
         self._turn_based = bool(getattr(self.config, "supports_turn_based_envs", False))
+        self._extra_shapes: dict[tuple[str, str], tuple] = {}  # (output key, module) -> per-step shape (by_module)
         # RLlib's episode callbacks and rl_speed's on_sample_columns: episodes are built only when one is set.
         names = configured_callbacks(self.config, self._callbacks)
         self._episode_callbacks = MultiAgentEpisodeCallbacks(self, names) if names else None
@@ -446,7 +447,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
     def _extra_shape(self, key: str, mid: str) -> tuple:
         """The per-step shape of a module's output ``key`` (log-probs, distribution inputs), from one forward pass of
         a sampled observation; () where the module gives none (a heuristic module)."""
-        cache = self.__dict__.setdefault("_extra_shapes", {})
+        cache = self._extra_shapes
         if (key, mid) not in cache:
             sample = _zeros(self.module[mid].observation_space.sample(), 1)
             _, extra, _ = module_actions(self.module[mid], sample, True, 0, device=self._device)
