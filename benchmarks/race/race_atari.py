@@ -68,21 +68,33 @@ def slug(contender: str) -> str:
     return contender.lower().replace(" ", "-").replace("(", "").replace(")", "")
 
 
-def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device: str, game: str = "pong") -> Any:
+def env_config(game: str, overrides: dict | None) -> dict:
+    """The game's env config with the overrides' ``env_config`` keys (e.g. ``repeat_action_probability: 0.25``,
+    ALE v5's sticky actions) on top."""
+    return {**GAMES[game].env_config, **(overrides or {}).get("env_config", {})}
+
+
+def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device: str, game: str = "pong",
+                           overrides: dict | None = None) -> Any:
     """The RLlib contenders: the presets of :mod:`benchmarks.throughput.atari` for ``game``, their env wrapped in the
-    judge."""
+    judge, with ``overrides`` (config keys, as ``rl-speed train --config``) applied to the preset before the stock
+    contenders copy its settings."""
     from benchmarks.throughput.atari import preset, stock_config
 
     task = GAMES[game]
     _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
-    config.environment(judged_id(task.env_id, files), env_config=dict(task.env_config)).debugging(seed=seed)
+    config.environment(judged_id(task.env_id, files), env_config=env_config(game, overrides)).debugging(seed=seed)
+    rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
+    if rest:
+        config = config.update_from_dict(rest)
+        config.validate()  # a bad key or value stops here, before Ray starts any runner
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
         return stock_config(contender[:3], config).debugging(seed=seed)
     return config.env_runners(gym_env_vectorize_mode="vector_entry_point")
 
 
 def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, device: str,
-            game: str = "pong") -> str | None:
+            game: str = "pong", overrides: dict | None = None) -> str | None:
     """SB3's PPO with :data:`ATARI_ZOO` or DQN with :data:`ATARI_DQN_ZOO` until the judge's target or
     ``max_seconds``; or why it did not run (SB3 not installed; the DQN's replay buffer, 2 x 26 GiB at rl-zoo's 1M
     transitions, refused by this machine's memory)."""
@@ -97,7 +109,8 @@ def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, de
     timesteps, n_envs = zoo.pop("n_timesteps"), zoo.pop("n_envs", 1)
     EpisodeJudge.begin()
     task = GAMES[game]
-    env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**task.env_config), files), n_envs=n_envs, seed=seed)
+    game_config = env_config(game, overrides)
+    env = make_vec_env(lambda: EpisodeJudge(AtariEnv(**game_config), files), n_envs=n_envs, seed=seed)
     if contender == "SB3 PPO (zoo)":
         lr, clip = zoo.pop("learning_rate"), zoo.pop("clip_range")
         model = PPO("CnnPolicy", env, seed=seed, device=device, verbose=0, learning_rate=lambda p: p * lr,
@@ -112,10 +125,23 @@ def run_sb3(contender: str, files: JudgeFiles, seed: int, max_seconds: float, de
     return None
 
 
+def check_overrides(contender: str, overrides: dict | None) -> None:
+    """SB3's contenders take only ``env_config`` overrides (their settings are rl-zoo's)."""
+    if contender in SB3_CONTENDERS and set(overrides or {}) - {"env_config"}:
+        raise ValueError(f"race_atari: {contender} runs rl-zoo's settings; only `env_config` overrides apply to it, "
+                         f"not {sorted(set(overrides) - {'env_config'})}.")
+    if not isinstance((overrides or {}).get("env_config", {}), dict):
+        raise ValueError("race_atari: `env_config` in --config must be a mapping, e.g. "
+                         '\'{"env_config": {"repeat_action_probability": 0.25}}\'.')
+
+
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
-                  game: str = "pong") -> None:
+                  game: str = "pong", overrides: dict | None = None, checkpoint: bool = False) -> None:
     """One contender, one seed, one game: the judge's files and ``meta.json`` in
-    ``directory/<contender>-seed<seed>``."""
+    ``directory/<contender>-seed<seed>``; with ``overrides`` (recorded in ``meta.json``) on the contender's settings,
+    and with ``checkpoint`` the final RLlib algorithm saved in ``checkpoint/`` there (for ``rl-speed bench
+    atari-policy``)."""
+    check_overrides(contender, overrides)
     out = Path(directory) / f"{slug(contender)}-seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.csv"):  # a rerun replaces the previous run's log
@@ -124,8 +150,10 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     meta: dict[str, Any] = {"contender": contender, "game": game, "seed": seed, "max_seconds": max_seconds,
                             "device": device,
                             "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d")}
+    if overrides:
+        meta["overrides"] = overrides
     if contender in SB3_CONTENDERS:
-        why = run_sb3(contender, files, seed, max_seconds, device, game)
+        why = run_sb3(contender, files, seed, max_seconds, device, game, overrides)
         meta["ran"] = why is None
         if why:
             meta["why"] = why
@@ -135,7 +163,7 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
                  include_dashboard=False, log_to_driver=False)
         try:
-            algo = build_with_every_runner(rllib_contender_config(contender, files, seed, device, game))
+            algo = build_with_every_runner(rllib_contender_config(contender, files, seed, device, game, overrides))
             task = GAMES[game]
             result: dict = {}
             while time.monotonic() - files.start < max_seconds:
@@ -144,6 +172,10 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
                     break
             meta["ran"] = True
             meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))
+            meta["seconds_trained"] = time.monotonic() - files.start
+            meta["last_iteration_profile"] = result.get("rl_speed_profile")  # where the last iteration's time went
+            if checkpoint:
+                meta["checkpoint"] = algo.save_to_path(str((out / "checkpoint").resolve()))
             algo.stop()
         finally:
             ray.shutdown()
@@ -279,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--dir", default="results/bench/race_atari")
     one.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     one.add_argument("--game", choices=list(GAMES), default="pong")
+    one.add_argument("--config", type=json.loads, default=None,
+                     help="JSON of config keys over the contender's preset, e.g. '{\"lr_kl_target\": 0.01}' or "
+                          "'{\"env_config\": {\"repeat_action_probability\": 0.25}}' (recorded in meta.json)")
+    one.add_argument("--checkpoint", action="store_true", help="save the final algorithm in the run's checkpoint/")
     race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
     race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     race.add_argument("--first-seed", type=int, default=0)
@@ -298,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rl_speed.register()
     if args.command == "contender":
-        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game)
+        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
+                      args.checkpoint)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
                   args.first_seed, args.game, args.missing_only))
