@@ -112,6 +112,28 @@ def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
         assert breakout.env == fast.env and breakout.env_config == {"game": "breakout"} and breakout.seed == 3
 
 
+def test_overrides_reach_both_rllib_contenders_and_bad_ones_stop_before_ray_starts(tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    overrides = {"num_epochs": 3, "env_config": {"repeat_action_probability": 0.25}}
+    for contender in ("FastPPO (ours)", "PPO (ours)"):
+        config = race_atari.rllib_contender_config(contender, files, seed=1, device="cuda", overrides=overrides)
+        assert config.num_epochs == 3, contender
+        assert config.env_config == {"game": "pong", "repeat_action_probability": 0.25}, contender
+    with pytest.raises(ValueError, match="minibatch_size"):
+        race_atari.rllib_contender_config("FastPPO (ours)", files, seed=1, device="cuda",
+                                          overrides={"minibatch_size": 10**7})
+
+
+def test_sb3_contenders_take_env_config_overrides_only(tmp_path):
+    race_atari.check_overrides("SB3 PPO (zoo)", {"env_config": {"repeat_action_probability": 0.25}})
+    with pytest.raises(ValueError, match=r"only `env_config` overrides apply to it, not \['lr'\]"):
+        race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path), overrides={"lr": 1e-3})
+    with pytest.raises(ValueError, match="must be a mapping"):
+        race_atari.check_overrides("FastPPO (ours)", {"env_config": 0.25})
+    assert not list(tmp_path.iterdir())  # refused before the run's folder was made
+
+
 def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
     """The SB3 DQN contender on this CPU: with a buffer this machine holds, it runs until its time is up (learning
     starts at rl-zoo's 100k steps, far beyond 8 s) and the judge's log is on disk; with one no machine holds, it
