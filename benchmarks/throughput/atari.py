@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-import warnings
 from typing import Any
 
 from benchmarks.common import machine, timed_run, usable_cpus
@@ -51,18 +50,13 @@ def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str =
 
 
 def stock_config(algo: str, fast: Any) -> Any:
-    """Stock RLlib's PPO / DQN with ``fast``'s env, runners, module and training settings. rl_speed's own keys have
-    no stock counterpart and are not carried over: the learner's ``cuda_graph`` and ``mixed_precision``, and PPO's
-    ``lr_kl_target`` (stock PPO keeps ``lr`` fixed at the preset's starting value; warned below)."""
+    """Stock RLlib's PPO / DQN with ``fast``'s env, runners, module and training settings."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     if algo == "PPO":
         from ray.rllib.algorithms.ppo import PPOConfig
 
         from rl_speed.modules.pixels import NatureActorCritic
-
-        if getattr(fast, "lr_kl_target", None) is not None:
-            warnings.warn(f"stock PPO has no `lr_kl_target`: it trains with the fixed lr {fast.lr}", stacklevel=2)
 
         config = PPOConfig().training(
             train_batch_size_per_learner=fast.train_batch_size_per_learner, minibatch_size=fast.minibatch_size,

@@ -55,9 +55,8 @@ __all__ = ["PROFILE_KEY", "FastPPO", "FastPPOConfig"]
 
 class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     """PPOConfig plus the columnar keys (``sync_weights_every``, ``async_sampling``: see
-    :class:`ColumnarConfigMixin`), ``bptt_horizon`` (chunk length for recurrent modules) and ``lr_kl_target`` (the lr
-    starts at ``lr`` and follows each minibatch's KL divergence: :mod:`rl_speed.learners.adaptive_lr`; default None,
-    off); every PPO key keeps its meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner (FastPPOTorchLearner: PPO's loss
+    :class:`ColumnarConfigMixin`) and ``bptt_horizon`` (chunk length for recurrent modules); every PPO key keeps its
+    meaning. Defaults that differ: the env runner (BatchedEnvRunner) and the learner (FastPPOTorchLearner: PPO's loss
     on column batches, fused gradient clip + finiteness check)."""
 
     multi_agent_learners = True  # the learners agree on each module's minibatch count (rl_speed.learners.update_loop)
@@ -70,20 +69,16 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or FastPPO)
         self.bptt_horizon: int | None = None
-        self.lr_kl_target: float | None = None
 
     @override(PPOConfig)
     def get_default_learner_class(self) -> type:
         return FastPPOTorchLearner
 
     @override(PPOConfig)
-    def training(self, *, bptt_horizon: int | None = NotProvided, lr_kl_target: float | None = NotProvided,
-                 **kwargs: Any) -> "FastPPOConfig":
+    def training(self, *, bptt_horizon: int | None = NotProvided, **kwargs: Any) -> "FastPPOConfig":
         super().training(**kwargs)
         if bptt_horizon is not NotProvided:
             self.bptt_horizon = bptt_horizon
-        if lr_kl_target is not NotProvided:
-            self.lr_kl_target = lr_kl_target
         return self
 
     @override(PPOConfig)
@@ -99,7 +94,6 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 f"FastPPO: the {lanes} env lanes (num_envs_per_env_runner={self.num_envs_per_env_runner} x "
                 f"num_env_runners={max(1, self.num_env_runners)}) must split evenly over num_learners={learners}; "
                 "change num_envs_per_env_runner or num_learners.")
-        self._validate_lr_kl_target(learners)
         loss = (self.learner_config_dict or {}).get(PPO_LOSS_KEY, "sync_free")
         if loss not in PPO_LOSSES:
             self._value_error(f"FastPPO: `learner_config_dict['{PPO_LOSS_KEY}']`={loss!r} must be one of "
@@ -141,25 +135,6 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
                 f"FastPPO: `minibatch_size`={self.minibatch_size} is larger than the {per_learner} steps each "
                 f"learner gets per iteration (rollout_fragment_length {fragment} x {lanes} lanes / {learners} "
                 "learners); lower `minibatch_size` or raise `train_batch_size_per_learner`.")
-
-    def _validate_lr_kl_target(self, learners: int) -> None:
-        target = self.lr_kl_target
-        if target is None:
-            return
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not target > 0:
-            self._value_error(f"FastPPO: `lr_kl_target`={target!r} must be a number > 0 (rl_games' Atari presets use "
-                              "0.008-0.01), or None to keep `lr` as configured.")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)):
-            self._value_error(f"FastPPO: `lr_kl_target` moves the learning rate itself, starting from `lr`, so `lr` "
-                              f"must be one number, not the schedule {self.lr!r}; give the starting lr, or drop "
-                              "`lr_kl_target` to keep the schedule.")
-        if learners > 1:
-            self._value_error(f"FastPPO: `lr_kl_target` with num_learners={self.num_learners}: each learner would "
-                              "move its lr by its own minibatches' KL and the learners' weights would drift apart; "
-                              "use `num_learners` 0 or 1, or drop `lr_kl_target`.")
-        if self._torch_lr_scheduler_classes:
-            self._value_error("FastPPO: `lr_kl_target` and `_torch_lr_scheduler_classes` would both move the "
-                              "learning rate; keep one.")
 
     @override(PPOConfig)
     def get_rollout_fragment_length(self, worker_index: int = 0) -> int:

@@ -128,23 +128,17 @@ class OptimizerStepMixin:
         # fused on CPU and CUDA: one kernel per step (on CPU ~40% of foreach Adam's time for a 256-256 MLP) and a
         # skip flag that stays a tensor; capturable keeps the step count on the device, which a CUDA graph needs
         capturable = self._device.type == "cuda" and bool(getattr(self.config, "cuda_graph", False))
-        if capturable or self.lr_on_device():
+        if capturable:
             # The captured Adam kernel reads its lr from this device tensor at every replay: RLlib's lr schedule
-            # (applied through _set_optimizer_lr after each update) then reaches a replayed step too, and a rule
-            # that moves the lr on the device (rl_speed.learners.adaptive_lr) needs no host sync.
+            # (applied through _set_optimizer_lr after each update) then reaches a replayed step too.
             device_lr = torch.tensor(float(config.lr if isinstance(config.lr, (int, float)) else config.lr[0][1]),
                                      device=self._device)
-            optimizer = torch.optim.Adam(params, lr=device_lr, fused=True, capturable=capturable)
+            optimizer = torch.optim.Adam(params, lr=device_lr, fused=True, capturable=True)
             optimizer.device_lr = device_lr
         else:
             optimizer = torch.optim.Adam(params, fused=True)
         self.register_optimizer(module_id=module_id, optimizer=optimizer,
                                 params=params, lr_or_lr_schedule=config.lr)
-
-    def lr_on_device(self) -> bool:
-        """Whether every optimizer's lr is a tensor on the learner's device even without a captured step (a learner
-        whose own rule moves the lr there says so)."""
-        return False
 
     @staticmethod
     @override(TorchLearner)
@@ -229,7 +223,6 @@ class OptimizerStepMixin:
                     param_state["step"] = param_state["step"].to(param.device)
         if self._scaler is not None and GRAD_SCALER_STATE_KEY in state:
             self._scaler.load_state_dict(state[GRAD_SCALER_STATE_KEY])
-        self._restore_device_lrs()  # the restored lr, in the tensor the optimizer (and a captured step) reads
 
     @override(TorchLearner)
     def postprocess_gradients_for_module(self, *, module_id: str, config: Any = None,

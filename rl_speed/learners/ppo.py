@@ -33,9 +33,8 @@ from rl_speed import columns as C
 from rl_speed.columns import IS_FIRST
 from rl_speed.connectors.vectorized_gae import VectorizedGAE
 from rl_speed.gae import standardize, vectorized_gae
-from rl_speed.learners.adaptive_lr import adapt_lr_
 from rl_speed.learners.optimizer_step import OptimizerStepMixin
-from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, masked_mean_fn, ppo_loss
+from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, ppo_loss
 from rl_speed.learners.sequences import EpisodeSequences
 from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
 
@@ -98,9 +97,6 @@ def written_by_module(value_batch: dict, obs: Any, rows: int) -> dict:
     return out
 
 
-#: Learner result key (per module, with ``lr_kl_target``): the KL the lr rule read on the last minibatch.
-POLICY_KL_KEY = "policy_kl"
-
 #: A loss-rows key: the minibatch is a placeholder whose loss counts zero
 #: (:meth:`FastPPOTorchLearner.placeholder_rows`).
 PLACEHOLDER = "rl_speed_placeholder"
@@ -157,49 +153,6 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         for module_id, coeff in getattr(self, "_entropy_coeffs_on_device", {}).items():
             coeff.fill_(float(self.entropy_coeff_schedulers_per_module[module_id].get_current_value()))
 
-    @property
-    def lr_kl_target(self) -> float | None:
-        """FastPPOConfig's ``lr_kl_target``: the lr follows each minibatch's KL (rl_speed.learners.adaptive_lr)."""
-        return getattr(self.config, "lr_kl_target", None)
-
-    @override(OptimizerStepMixin)
-    def lr_on_device(self) -> bool:
-        return self.lr_kl_target is not None
-
-    @override(OptimizerStepMixin)
-    def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
-        super().configure_optimizers_for_module(module_id, config)
-        if self.lr_kl_target is not None:
-            for _, optimizer in self.get_optimizers_for_module(module_id):
-                # The KL rule moves this lr; RLlib's (constant) schedule would write the starting lr back after
-                # every update. Without a schedule RLlib still logs the lr each iteration.
-                self._optimizer_lr_schedules.pop(optimizer, None)
-
-    @override(OptimizerStepMixin)
-    def apply_gradients(self, gradients_dict: dict) -> None:
-        super().apply_gradients(gradients_dict)
-        target = self.lr_kl_target
-        if target is None:
-            return
-        kls = self.__dict__.pop("_minibatch_kls", None)
-        if not kls:
-            raise RuntimeError(
-                f"{type(self).__name__}: `lr_kl_target` moves the lr by each minibatch's KL, which FastPPO's "
-                "compute_loss_for_module measures; this learner's loss did not call it (a learner class of yours "
-                "that overrides compute_loss_for_module should call super() or leave `lr_kl_target` unset).")
-        for module_id, kl in kls.items():
-            for _, optimizer in self.get_optimizers_for_module(module_id):
-                adapt_lr_(optimizer.device_lr, kl, target)
-
-    def _policy_kl(self, module_id: str, batch: dict, fwd_out: dict) -> torch.Tensor:
-        """KL(behaviour || current) of the minibatch's actions, averaged over its real rows, without a host sync."""
-        module = self.module[module_id].unwrapped()
-        with torch.no_grad():
-            current = module.get_train_action_dist_cls().from_logits(fwd_out[RLlibColumns.ACTION_DIST_INPUTS])
-            behaviour = module.get_exploration_action_dist_cls().from_logits(
-                batch[RLlibColumns.ACTION_DIST_INPUTS])
-            return masked_mean_fn(batch)(behaviour.kl(current))
-
     @override(UpdateLoopMixin)
     def placeholder_rows(self, module_id: str) -> LossRows:
         """One row of ``module_id`` from its spaces (an observation and an action drawn from them, the module's own
@@ -226,11 +179,6 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     @override(PPOTorchLearner)
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict, fwd_out: dict) -> torch.Tensor:
         if PLACEHOLDER not in batch:
-            if self.lr_kl_target is not None:
-                kl = self._policy_kl(module_id, batch, fwd_out)
-                self.__dict__.setdefault("_minibatch_kls", {})[module_id] = kl
-                if self.is_last_minibatch:  # as the loss's statistics: the last minibatch's value (window 1)
-                    self.metrics.log_value((module_id, POLICY_KL_KEY), kl, window=1)
             return self._ppo_loss(module_id, config, batch, fwd_out)
         metrics, self.metrics = self.metrics, MetricsLogger()  # statistics of no data: not logged
         try:
