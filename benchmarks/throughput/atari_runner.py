@@ -1,14 +1,18 @@
 """Where one Atari env runner's time goes: the Pong GPU preset's runner (``tuned_examples/atari_ppo_gpu.yaml``: 16
 ale-py emulators, 32-step rollouts, the Nature CNN acting on one CPU thread, as a remote runner with its one CPU
-gets it), built in this process and timed alone.
+gets it), built in this process and timed alone; with the env's lanes in one group (the plain loop: emulators, then
+the forward) and in two lane groups (``env_config: {lane_groups: 2}``: one group's emulators step while the other's
+actions are computed, :mod:`rl_speed.env_runners.overlapped`).
 
-Per runner step of all lanes, in milliseconds: the emulators (``env.step``), the module's forward and action
-sampling (RLlib's ``rlmodule_inference_timer`` as the runner logs it), and the rest of ``sample_columns()`` (column
-writes, episode bookkeeping, metrics), plus the runner's env steps/s and the rate its emulators and its inference
-alone would allow. ``--repeats`` rounds of ``CALLS`` calls after one warm-up call; medians. A cProfile of one round
+Per runner step of all lanes, in milliseconds: the time blocked in the emulators (``env.step``, or waiting for a lane
+group), the module's forward and action sampling (RLlib's ``rlmodule_inference_timer`` as the runner logs it), and
+the rest of ``sample_columns()`` (column writes, episode bookkeeping, metrics), plus the runner's env steps/s and the
+rate its emulators and its inference alone would allow one after the other. ``--repeats`` rounds of ``CALLS`` calls
+after one warm-up call, the two runners' rounds alternating; medians. A cProfile of the plain runner's last round
 lists the biggest costs outside the emulators and the forward.
 
-Run: ``rl-speed bench atari-runner`` (the [atari] extra); on a GPU box as on a laptop: the runner is CPU-only.
+Run: ``rl-speed bench atari-runner`` (the [atari] extra); on a GPU box as on a laptop: the runner is CPU-only. The
+overlap needs a second core for the emulators' thread, as a runner with one CPU of its own does not have.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from benchmarks.common import machine
 CALLS = 10
 
 
-def _runner(lanes: int, game: str = "pong"):
+def _runner(lanes: int, game: str = "pong", lane_groups: int = 1):
     import torch
 
     from benchmarks.throughput.atari import preset
@@ -33,15 +37,17 @@ def _runner(lanes: int, game: str = "pong"):
     torch.set_num_threads(1)  # a remote runner with its one CPU (rl_speed.env_runners.batched._set_runner_threads)
     _, config = preset("PPO", device="cpu", cpus=2, game=game)
     config.env_runners(num_env_runners=0, num_envs_per_env_runner=lanes).learners(num_gpus_per_learner=0)
+    config.environment(env_config={**config.env_config, "lane_groups": lane_groups})
     return BatchedEnvRunner(config=config)
 
 
-def measure(lanes: int = 16, repeats: int = 3) -> dict:
-    """Medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls: ms per runner step (all lanes) in
-    the emulators, in inference and in the rest; env steps/s; and a cProfile of the last round."""
-    from rl_speed.env_runners import batched
+def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2)) -> dict[int, dict]:
+    """Per lane-group count: medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls (the runners'
+    rounds alternating): ms per runner step (all lanes) blocked in the emulators, in inference and in the rest; env
+    steps/s; and for one group, a cProfile of its last round."""
+    from rl_speed.env_runners import batched, overlapped
 
-    runner = _runner(lanes)
+    runners = {k: _runner(lanes, lane_groups=k) for k in groups}
     seconds = []  # (env, inference) seconds of each call, as the runner times them for RLlib's step timers
     logged = batched.log_step_timers
 
@@ -49,49 +55,61 @@ def measure(lanes: int = 16, repeats: int = 3) -> dict:
         seconds.append((env_seconds, inference_seconds or 0.0))
         logged(metrics, steps, env_seconds, inference_seconds)
 
-    batched.log_step_timers = record
+    batched.log_step_timers = overlapped.log_step_timers = record
     try:
-        runner.sample_columns()  # warm-up: resets, first forward
-        rounds = []
+        for runner in runners.values():
+            runner.sample_columns()  # warm-up: resets, first forward
+        rounds: dict[int, list[dict]] = {k: [] for k in groups}
         profile = cProfile.Profile()
         for r in range(repeats):
-            seconds.clear()
-            steps = 0
-            if r == repeats - 1:
-                profile.enable()
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                steps += len(runner.sample_columns()["rewards"])
-            total = time.perf_counter() - start
-            env_s, infer_s = (sum(x) for x in zip(*seconds))
-            if r == repeats - 1:
-                profile.disable()
-            rounds.append({"total_ms": 1e3 * total / steps, "env_ms": 1e3 * env_s / steps,
-                           "inference_ms": 1e3 * infer_s / steps, "rate": steps * lanes / total})
-        out = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-        out["rest_ms"] = out["total_ms"] - out["env_ms"] - out["inference_ms"]
-        text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
-        out["profile"] = text.getvalue()
+            for k, runner in runners.items():
+                seconds.clear()
+                steps = 0
+                profiled = k == 1 and r == repeats - 1
+                if profiled:
+                    profile.enable()
+                start = time.perf_counter()
+                for _ in range(CALLS):
+                    steps += len(runner.sample_columns()["rewards"])
+                total = time.perf_counter() - start
+                if profiled:
+                    profile.disable()
+                env_s, infer_s = (sum(x) for x in zip(*seconds))
+                rounds[k].append({"total_ms": 1e3 * total / steps, "env_ms": 1e3 * env_s / steps,
+                                  "inference_ms": 1e3 * infer_s / steps, "rate": steps * lanes / total})
+        out = {}
+        for k in groups:
+            out[k] = {key: statistics.median(r[key] for r in rounds[k]) for key in rounds[k][0]}
+            out[k]["rest_ms"] = out[k]["total_ms"] - out[k]["env_ms"] - out[k]["inference_ms"]
+        if 1 in out:
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
+            out[1]["profile"] = text.getvalue()
         return out
     finally:
-        batched.log_step_timers = logged
-        runner.stop()
+        batched.log_step_timers = overlapped.log_step_timers = logged
+        for runner in runners.values():
+            runner.stop()
 
 
 def run(repeats: int = 3, lanes: tuple[int, ...] = (16,)) -> str:
     rows, profiles = [], []
     for n in lanes:
-        m = measure(n, repeats)
-        alone = 1e3 * n / (m["env_ms"] + m["inference_ms"])
-        rows.append(f"| {n} | {m['total_ms']:.2f} | {m['env_ms']:.2f} | {m['inference_ms']:.2f} | {m['rest_ms']:.2f} "
-                    f"| {m['rate']:,.0f} | {alone:,.0f} |")
-        profiles.append(f"cProfile, {n} lanes (top 12 by own time):\n\n```\n{m['profile'].strip()}\n```")
+        by_groups = measure(n, repeats)
+        plain = by_groups[1]["rate"]
+        for k, m in by_groups.items():
+            alone = 1e3 * n / (m["env_ms"] + m["inference_ms"])
+            rows.append(f"| {k} | {n} | {m['total_ms']:.2f} | {m['env_ms']:.2f} | {m['inference_ms']:.2f} | "
+                        f"{m['rest_ms']:.2f} | {m['rate']:,.0f} | {m['rate'] / plain:.2f}x | {alone:,.0f} |")
+        profiles.append(f"cProfile, {n} lanes, one group (top 12 by own time):\n\n```\n"
+                        f"{by_groups[1]['profile'].strip()}\n```")
     return "\n".join([
         "### One Atari env runner: where its time goes (Pong, the GPU preset's runner)", "",
         f"Command: `rl-speed bench atari-runner --repeats {repeats}` · machine: {machine()} · date: "
-        f"{time.strftime('%Y-%m-%d')} · one BatchedEnvRunner in this process, torch threads 1, ale-py threads 1, "
-        f"Nature CNN on the CPU, 32-step rollouts, {CALLS} calls per round, median of {repeats} rounds.", "",
-        "| lanes | ms per runner step | emulators | inference | rest | env steps/s | emulators + inference alone |",
-        "|---:|---:|---:|---:|---:|---:|---:|", *rows, "", *profiles,
+        f"{time.strftime('%Y-%m-%d')} · one BatchedEnvRunner per row in this process, torch threads 1, ale-py threads 1 "
+        f"per lane group, Nature CNN on the CPU, 32-step rollouts, {CALLS} calls per round, median of {repeats} "
+        "rounds, the rows' rounds alternating.", "",
+        "| lane groups | lanes | ms per runner step | emulators (blocked) | inference | rest | env steps/s | vs one group "
+        "| emulators + inference one after the other |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, "", *profiles,
     ])

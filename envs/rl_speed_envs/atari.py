@@ -13,7 +13,14 @@ RLlib's own ``sample()`` (evaluation).
 ``pong``, ``breakout``; ``ALE/Pong-v5`` is accepted too), ``frameskip``, ``stack_num``, ``noop_max``,
 ``repeat_action_probability``, ``reward_clipping``, ``episodic_life``, ``use_fire_reset``, ``full_action_space``,
 ``max_num_frames_per_episode``, ``num_threads`` (ale-py's threads per vector env; default 1, the one CPU Ray gives an
-env runner).
+env runner), ``lane_groups`` (default 1; see below).
+
+``lane_groups: k`` splits the ``num_envs`` emulators into k equal groups, each its own ale-py vector env with its own
+thread(s), which can be stepped apart: :meth:`AtariVectorEnv.send_group` starts a group's step and returns at once,
+:meth:`AtariVectorEnv.recv_group` waits for it. rl_speed's env runner then computes one group's actions while the
+other group's emulators run (:mod:`rl_speed.env_runners.overlapped`); ``step()`` sends every group, then receives
+them, so the groups also emulate side by side there. Seeds, observations and episodes are those of one vector env
+of ``num_envs`` (group g holds lanes ``g * num_envs / k`` onwards).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from gymnasium.vector.utils import batch_space
 
 DEFAULTS = {"game": "pong", "frameskip": 4, "stack_num": 4, "noop_max": 30, "repeat_action_probability": 0.0,
             "reward_clipping": True, "episodic_life": False, "use_fire_reset": True, "full_action_space": False,
-            "max_num_frames_per_episode": 108_000, "num_threads": 1}
+            "max_num_frames_per_episode": 108_000, "num_threads": 1, "lane_groups": 1}
 CONFIG_KEYS = tuple(DEFAULTS)
 
 
@@ -60,7 +67,7 @@ def check_config(settings: dict) -> dict:
     cfg = {**DEFAULTS, **settings}
     if not isinstance(cfg["game"], str) or not cfg["game"]:
         raise ValueError(f"Atari: `game` must be a game name such as 'pong' or 'ALE/Pong-v5', got {cfg['game']!r}.")
-    for key in ("frameskip", "stack_num", "num_threads", "max_num_frames_per_episode"):
+    for key in ("frameskip", "stack_num", "num_threads", "max_num_frames_per_episode", "lane_groups"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"Atari: `{key}` must be an integer >= 1, got {cfg[key]!r}.")
     if not isinstance(cfg["noop_max"], int) or cfg["noop_max"] < 0:
@@ -82,37 +89,60 @@ class AtariVectorEnv(VectorEnv):
 
         cfg = check_config(config)
         game = rom_name(cfg["game"])
+        groups = cfg["lane_groups"]
+        if int(num_envs) % groups:
+            raise ValueError(f"Atari: `lane_groups`={groups} must divide the {num_envs} envs of a runner "
+                             "(num_envs_per_env_runner) into equal groups.")
+        size = int(num_envs) // groups
+        self._groups = []
         try:
-            self._env = ale_py.AtariVectorEnv(
-                game, int(num_envs), num_threads=min(cfg["num_threads"], int(num_envs)), frameskip=cfg["frameskip"],
-                stack_num=cfg["stack_num"], noop_max=cfg["noop_max"],
-                repeat_action_probability=float(cfg["repeat_action_probability"]),
-                reward_clipping=bool(cfg["reward_clipping"]), episodic_life=bool(cfg["episodic_life"]),
-                use_fire_reset=bool(cfg["use_fire_reset"]), full_action_space=bool(cfg["full_action_space"]),
-                max_num_frames_per_episode=cfg["max_num_frames_per_episode"], img_height=84, img_width=84,
-                grayscale=True, maxpool=True, autoreset_mode=AutoresetMode.NEXT_STEP)
+            for _ in range(groups):
+                self._groups.append(ale_py.AtariVectorEnv(
+                    game, size, num_threads=min(cfg["num_threads"], size), frameskip=cfg["frameskip"],
+                    stack_num=cfg["stack_num"], noop_max=cfg["noop_max"],
+                    repeat_action_probability=float(cfg["repeat_action_probability"]),
+                    reward_clipping=bool(cfg["reward_clipping"]), episodic_life=bool(cfg["episodic_life"]),
+                    use_fire_reset=bool(cfg["use_fire_reset"]), full_action_space=bool(cfg["full_action_space"]),
+                    max_num_frames_per_episode=cfg["max_num_frames_per_episode"], img_height=84, img_width=84,
+                    grayscale=True, maxpool=True, autoreset_mode=AutoresetMode.NEXT_STEP))
         except Exception as e:  # ale-py's message for an unknown ROM lists nothing; say what was asked for
             raise ValueError(f"Atari: ale-py could not start game {game!r} (from `game`={cfg['game']!r}): {e}") from e
         self.num_envs = int(num_envs)
+        self.lane_groups = groups
+        self.group_size = size
         stack = cfg["stack_num"]
         self.single_observation_space = spaces.Box(0, 255, (84, 84, stack), np.uint8)
-        self.single_action_space = spaces.Discrete(int(self._env.single_action_space.n))
+        self.single_action_space = spaces.Discrete(int(self._groups[0].single_action_space.n))
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        obs, _ = self._env.reset(seed=seed)
-        return _channels_last(obs), {}
+        obs = [group.reset(seed=None if seed is None else seed + g * self.group_size)[0]
+               for g, group in enumerate(self._groups)]  # consecutive seeds over all lanes, as one vector env
+        return _channels_last(np.concatenate(obs)), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         actions = np.asarray(actions, np.int64).reshape(self.num_envs)
-        obs, rewards, terminated, truncated, _ = self._env.step(actions)
+        size = self.group_size
+        for g in range(self.lane_groups):
+            self.send_group(g, actions[g * size:(g + 1) * size])
+        parts = [self.recv_group(g) for g in range(self.lane_groups)]
+        return (*(np.concatenate(column) for column in zip(*parts)), {})
+
+    def send_group(self, group: int, actions: Any) -> None:
+        """Starts one step of lane group ``group`` (its ``group_size`` actions); returns without waiting."""
+        self._groups[group].send(np.asarray(actions, np.int64).reshape(self.group_size))
+
+    def recv_group(self, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Waits for the step :meth:`send_group` started: the group's observations, rewards, terminateds and
+        truncateds."""
+        obs, rewards, terminated, truncated, _ = self._groups[group].recv()
         return (_channels_last(obs), np.asarray(rewards, np.float32), np.asarray(terminated, bool),
-                np.asarray(truncated, bool), {})
+                np.asarray(truncated, bool))
 
     def close_extras(self, **kwargs: Any) -> None:
-        if getattr(self, "_env", None) is not None:  # (not set if ale-py refused the game)
-            self._env.close()
+        for group in getattr(self, "_groups", ()):  # (empty if ale-py refused the game)
+            group.close()
 
 
 class AtariEnv(gym.Env):

@@ -112,6 +112,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # (rl_speed.env_runners.episode_callbacks); without them the path below pays nothing.
         self._callback_names = configured_callbacks(self.config, self._callbacks)
         self._episode_callbacks: EpisodeCallbacks | None = None
+        if self.env is not None and lane_groups(self.env) > 1:
+            check_overlap_supported(self)  # refused while the algorithm is built, before any training
 
     @functools.cached_property
     def _action_struct(self) -> Any:
@@ -165,6 +167,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         return columns
 
     def _sample_steps(self, steps: int, explore: bool, random_actions: bool) -> Columns:
+        if lane_groups(self.env) > 1:  # the env's lane groups step apart: overlap them with the forward
+            return sample_overlapped(self, steps, explore, random_actions)
         n = self.num_envs
         columns: Columns = {
             C.OBS: tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
@@ -251,18 +255,20 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
     def _env_actions(self, actions: Any) -> Any:
         return to_env_actions(actions, self._action_struct, self.config)
 
-    def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
-        self._episode_return += np.where(valid, rewards, 0.0)
-        self._episode_len += valid
+    def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray,
+                        lanes: slice = slice(None)) -> None:
+        """Episode returns and lengths of one step of ``lanes`` (every lane, or one lane group's)."""
+        returns, lengths, starts = self._episode_return[lanes], self._episode_len[lanes], self._episode_start[lanes]
+        returns += np.where(valid, rewards, 0.0)  # (views: these write into the runner's arrays)
+        lengths += valid
         ended = done & valid
         if ended.any():
             now = time.perf_counter()
-            self._finished.append(np.stack([self._episode_return[ended], self._episode_len[ended],
-                                            now - self._episode_start[ended]], axis=1))
+            self._finished.append(np.stack([returns[ended], lengths[ended], now - starts[ended]], axis=1))
             self._num_finished += int(ended.sum())
-            self._episode_return[ended] = 0.0
-            self._episode_len[ended] = 0
-            self._episode_start[ended] = now
+            returns[ended] = 0.0
+            lengths[ended] = 0
+            starts[ended] = now
 
     @override(SingleAgentEnvRunner)
     def get_metrics(self) -> dict:
@@ -411,3 +417,7 @@ def to_env_actions(actions: Any, action_struct: Any, config: Any) -> Any:
         return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
 
     return tree.map_structure(to_env, actions, action_struct)
+
+
+# (imported last: rl_speed.env_runners.overlapped uses this module's helpers)
+from rl_speed.env_runners.overlapped import check_overlap_supported, lane_groups, sample_overlapped  # noqa: E402

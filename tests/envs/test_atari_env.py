@@ -70,3 +70,34 @@ def test_vector_form_frames_autoreset_and_scalar_form():
         scalar.close()
     with pytest.raises(ValueError, match="could not start game 'nosuchgame'"):
         AtariVectorEnv(1, game="nosuchgame")
+
+
+def test_lane_groups_step_apart_and_together_like_one_vector_env():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    one, grouped = AtariVectorEnv(4, max_num_frames_per_episode=200), AtariVectorEnv(4, lane_groups=2,
+                                                                                       max_num_frames_per_episode=200)
+    try:
+        assert (grouped.lane_groups, grouped.group_size) == (2, 2)
+        assert np.array_equal(one.reset(seed=5)[0], grouped.reset(seed=5)[0])  # consecutive seeds over all lanes
+        rng = np.random.default_rng(0)
+        for t in range(120):  # past an episode end (50 agent steps) and its reset step
+            actions = rng.integers(0, 6, 4)
+            expected = one.step(actions)[:4]
+            if t % 2:
+                got = grouped.step(actions)[:4]
+            else:  # the groups one at a time, the second sent before the first is received
+                grouped.send_group(1, actions[2:])
+                grouped.send_group(0, actions[:2])
+                first, second = grouped.recv_group(0), grouped.recv_group(1)
+                got = tuple(np.concatenate(pair) for pair in zip(first, second))
+            for a, b in zip(expected, got):
+                assert np.array_equal(a, b), t
+    finally:
+        one.close()
+        grouped.close()
+    with pytest.raises(ValueError, match="`lane_groups`=3 must divide the 4 envs"):
+        AtariVectorEnv(4, lane_groups=3)
+    with pytest.raises(ValueError, match="`lane_groups` must be an integer >= 1"):
+        check_config({"lane_groups": 0})
