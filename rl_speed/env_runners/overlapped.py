@@ -17,7 +17,8 @@ moments.
 
 Used by :class:`rl_speed.env_runners.batched.BatchedEnvRunner` when its env has ``lane_groups`` > 1, for
 feed-forward modules without env-to-module pieces or episode callbacks (their per-step work sees all lanes at
-once); the runner refuses the other cases when it is built.
+once), on the grouped env itself (a wrapper around it would step all lanes at once, or miss the groups' steps); the
+runner refuses the other cases when it is built.
 """
 
 from __future__ import annotations
@@ -27,20 +28,29 @@ from typing import Any
 
 import numpy as np
 import tree
+from gymnasium.wrappers.vector import DictInfoToList
 
 from rl_speed import columns as C
 from rl_speed.columns import Columns
 from rl_speed.env_runners.batched import _write, clip_rewards, log_step_timers
 
 
+def stepped_env(env: Any) -> Any:
+    """The vector env a runner steps: RLlib's ``DictInfoToList`` wrapper taken off (columns carry no infos)."""
+    return env.env if isinstance(env, DictInfoToList) else env
+
+
 def lane_groups(env: Any) -> int:
     """How many lane groups the runner's vector env steps apart (1: it steps all lanes at once)."""
-    return int(getattr(getattr(env, "unwrapped", env), "lane_groups", 1) or 1)
+    return int(getattr(stepped_env(env).unwrapped, "lane_groups", 1) or 1)
 
 
 def check_overlap_supported(runner: Any) -> None:
     """Refuses, naming what is configured, what the overlapped loop cannot honour (see the module docstring)."""
     problems = []
+    env = stepped_env(runner.env)
+    if env is not env.unwrapped:
+        problems.append(f"a wrapper around the env ({type(env).__name__}), which would not see the groups' steps")
     if runner.module.is_stateful():
         problems.append("a recurrent module (its state is carried over all lanes step by step)")
     if runner._connectors:
@@ -62,7 +72,7 @@ def _write_lanes(target: Any, t: int | None, lanes: slice, value: Any) -> None:
 def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bool) -> Columns:
     """``steps`` steps of every lane as :meth:`BatchedEnvRunner._sample_steps` records them, the lane groups
     overlapped (see the module docstring)."""
-    vec = runner.env.unwrapped
+    vec = stepped_env(runner.env)  # the grouped env itself (check_overlap_supported: no wrapper in between)
     n, groups, size = runner.num_envs, vec.lane_groups, vec.group_size
     lanes = [slice(g * size, (g + 1) * size) for g in range(groups)]
     columns: Columns = {

@@ -74,14 +74,27 @@ def test_a_runner_with_episode_callbacks_is_refused_when_built():
         _runner(2, on_episode_step=lambda **kwargs: None)
 
 
-@pytest.mark.parametrize("runner, named", [
-    (SimpleNamespace(module=SimpleNamespace(is_stateful=lambda: True), _connectors=[], _callback_names=frozenset()),
-     "a recurrent module"),
-    (SimpleNamespace(module=SimpleNamespace(is_stateful=lambda: False), _connectors=["piece"],
-                     _callback_names=frozenset()), "env-to-module connector pieces"),
+def _grouped_env(wrapped: bool = False):
+    from gymnasium.vector import VectorWrapper
+
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    env = AtariVectorEnv(2, lane_groups=2)
+    return VectorWrapper(env) if wrapped else env
+
+
+@pytest.mark.parametrize("stateful, pieces, wrapped, named", [
+    (True, [], False, "a recurrent module"),
+    (False, ["piece"], False, "env-to-module connector pieces"),
+    (False, [], True, r"a wrapper around the env \(VectorWrapper\)"),  # e.g. the race's judge
 ])
-def test_what_the_overlapped_loop_cannot_honour_is_named(runner, named):
-    runner.env = SimpleNamespace(lane_groups=2)
-    with pytest.raises(ValueError, match=named) as info:
-        check_overlap_supported(runner)
-    assert "Set `lane_groups: 1` in env_config" in str(info.value)
+def test_what_the_overlapped_loop_cannot_honour_is_named(stateful, pieces, wrapped, named):
+    env = _grouped_env(wrapped)
+    runner = SimpleNamespace(module=SimpleNamespace(is_stateful=lambda: stateful), _connectors=pieces,
+                             _callback_names=frozenset(), env=env)
+    try:
+        with pytest.raises(ValueError, match=named) as info:
+            check_overlap_supported(runner)
+        assert "Set `lane_groups: 1` in env_config" in str(info.value)
+    finally:
+        env.close()
