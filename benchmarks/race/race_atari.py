@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.common import build_with_every_runner, machine, usable_cpus
 from benchmarks.scaling.core_pinning import physical_cores
 from benchmarks.race.contenders import Task, sb3_learn
@@ -135,13 +137,29 @@ def check_overrides(contender: str, overrides: dict | None) -> None:
                          '\'{"env_config": {"repeat_action_probability": 0.25}}\'.')
 
 
+def evaluate_final_policy(algo: Any, env_config: dict, games: int) -> dict:
+    """The trained module's final policy, ``games`` full games per policy (greedy, sampled, random) under each
+    protocol of :func:`benchmarks.evaluate.atari_policy.protocols` (sticky actions as trained, and 0.25): the game
+    scores by sticky-action probability and policy."""
+    from benchmarks.evaluate.atari_policy import evaluate, protocols
+
+    module = algo.get_module()
+    return {str(sticky): {name: returns.tolist() for name, returns in evaluate(module, env_config, games,
+                                                                              sticky=sticky).items()}
+            for sticky in protocols(env_config)}
+
+
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
-                  game: str = "pong", overrides: dict | None = None, checkpoint: bool = False) -> None:
+                  game: str = "pong", overrides: dict | None = None, checkpoint: bool = False,
+                  evaluate_games: int = 0) -> None:
     """One contender, one seed, one game: the judge's files and ``meta.json`` in
     ``directory/<contender>-seed<seed>``; with ``overrides`` (recorded in ``meta.json``) on the contender's settings,
-    and with ``checkpoint`` the final RLlib algorithm saved in ``checkpoint/`` there (for ``rl-speed bench
-    atari-policy``)."""
+    with ``checkpoint`` the final RLlib algorithm saved in ``checkpoint/`` there (for ``rl-speed bench
+    atari-policy``), and with ``evaluate_games`` the final policy of an RLlib contender played that many full games
+    per protocol (:func:`evaluate_final_policy`, into ``evaluation.json``; after the clock: it counts in no time)."""
     check_overrides(contender, overrides)
+    if evaluate_games and contender in SB3_CONTENDERS:
+        raise ValueError(f"race_atari: --evaluate plays an RLlib module; {contender} has none.")
     out = Path(directory) / f"{slug(contender)}-seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.csv"):  # a rerun replaces the previous run's log
@@ -176,6 +194,9 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
             meta["last_iteration_profile"] = result.get("rl_speed_profile")  # where the last iteration's time went
             if checkpoint:
                 meta["checkpoint"] = algo.save_to_path(str((out / "checkpoint").resolve()))
+            if evaluate_games:
+                evaluation = evaluate_final_policy(algo, env_config(game, overrides), evaluate_games)
+                (out / "evaluation.json").write_text(json.dumps(evaluation))
             algo.stop()
         finally:
             ray.shutdown()
@@ -214,6 +235,7 @@ def section(directory: str, charts: str | None = None) -> str:
     lines = [f"{game.capitalize()} (`{task.env_id}`, `game: {game}`); {task.returns}.",
              task_section(task, results, "ppo / dqn")]
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
+    lines += evaluation_lines(runs)
     unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
                         and any(path.glob("*.csv")) and not (path / "meta.json").exists())
     if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table
@@ -226,6 +248,25 @@ def section(directory: str, charts: str | None = None) -> str:
     lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "
                  + "; ".join(sorted({f"{m['machine']}, {m['cpus']} CPUs, {m['device']}" for m in metas})))
     return "\n\n".join(lines)
+
+
+def evaluation_lines(runs: list[tuple[Path, dict]]) -> list[str]:
+    """Per contender with evaluated runs (``evaluation.json``): the median over its seeds of the final greedy
+    policy's mean score under each sticky-action probability."""
+    scores: dict[str, dict[str, list[float]]] = {}
+    for folder, meta in runs:
+        path = folder / "evaluation.json"
+        if path.exists():
+            for sticky, policies in json.loads(path.read_text()).items():
+                scores.setdefault(meta["contender"], {}).setdefault(sticky, []).append(
+                    float(np.mean(policies["greedy"])))
+    def seeds(by_sticky: dict) -> str:
+        n = len(next(iter(by_sticky.values())))
+        return f"{n} seed" + ("s" if n != 1 else "")
+
+    return [f"- {contender}, final greedy policy (full games; median over {seeds(by_sticky)}): " + "; ".join(f"sticky actions {sticky}: {np.median(means):.2f}"
+                                   for sticky, means in sorted(by_sticky.items()))
+            for contender, by_sticky in scores.items()]
 
 
 def cpu_groups(k: int) -> list[list[int]]:
@@ -266,7 +307,7 @@ def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], see
 def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         directory: str = "results/bench/race_atari", charts: str | None = "results/bench",
         contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong",
-        missing_only: bool = False) -> str:
+        missing_only: bool = False, evaluate_games: int = 0) -> str:
     """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
     race-atari --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after
     another; then the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to
@@ -295,7 +336,8 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     else:
         slots = [({}, sorted(os.sched_getaffinity(0)))]
     run_pool([[sys.executable, "-m", "benchmarks.race.race_atari", "contender", contender, "--seed", str(seed),
-               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game]
+               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game,
+               *(["--evaluate", str(evaluate_games)] if evaluate_games and contender not in SB3_CONTENDERS else [])]
               for seed, contender in jobs],
              slots)
     return section(directory, charts)
@@ -315,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="JSON of config keys over the contender's preset, e.g. '{\"lr_kl_target\": 0.01}' or "
                           "'{\"env_config\": {\"repeat_action_probability\": 0.25}}' (recorded in meta.json)")
     one.add_argument("--checkpoint", action="store_true", help="save the final algorithm in the run's checkpoint/")
+    one.add_argument("--evaluate", type=int, default=0, metavar="GAMES",
+                     help="play the final policy GAMES full games per protocol (sticky actions as trained and 0.25)")
     race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
     race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     race.add_argument("--first-seed", type=int, default=0)
@@ -324,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     race.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     race.add_argument("--charts", default=None)
     race.add_argument("--game", choices=list(GAMES), default="pong")
+    race.add_argument("--evaluate", type=int, default=0, metavar="GAMES",
+                      help="RLlib contenders: play each final policy GAMES full games per protocol")
     race.add_argument("--missing-only", action="store_true",
                       help="skip the (seed, contender) runs the directory already holds finished")
     table = commands.add_parser("section", help="print the table of the runs in a directory")
@@ -335,10 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     rl_speed.register()
     if args.command == "contender":
         run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
-                      args.checkpoint)
+                      args.checkpoint, args.evaluate)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
-                  args.first_seed, args.game, args.missing_only))
+                  args.first_seed, args.game, args.missing_only, args.evaluate))
     else:
         print(section(args.dir, args.charts))
     return 0

@@ -134,6 +134,36 @@ def test_sb3_contenders_take_env_config_overrides_only(tmp_path):
     assert not list(tmp_path.iterdir())  # refused before the run's folder was made
 
 
+def test_final_policy_is_played_under_both_protocols_and_reported_per_contender(tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    from types import SimpleNamespace
+
+    import gymnasium as gym
+    import numpy as np
+
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    module = NatureActorCritic(observation_space=gym.spaces.Box(0, 255, (84, 84, 4), np.uint8),
+                               action_space=gym.spaces.Discrete(6), model_config={})
+    # 400 frames = 100 agent steps per game, so two games per policy take a moment
+    evaluation = race_atari.evaluate_final_policy(SimpleNamespace(get_module=lambda: module),
+                                                  {"game": "pong", "max_num_frames_per_episode": 400}, games=2)
+    assert set(evaluation) == {"0.0", "0.25"}
+    assert all(set(by_policy) == {"greedy", "sampled", "random"} and all(len(r) == 2 for r in by_policy.values())
+               for by_policy in evaluation.values())
+    for seed, greedy in ((0, 1.0), (1, 3.0)):
+        folder = tmp_path / f"fastppo-ours-seed{seed}"
+        folder.mkdir()
+        (folder / "evaluation.json").write_text(json.dumps({"0.0": {"greedy": [greedy, greedy + 2]},
+                                                            "0.25": {"greedy": [-greedy, -greedy]}}))
+        (folder / "meta.json").write_text(json.dumps({"contender": "FastPPO (ours)", "seed": seed}))
+    lines = race_atari.evaluation_lines(race_atari.directory_runs(str(tmp_path)))
+    assert lines == ["- FastPPO (ours), final greedy policy (full games; median over 2 seeds): sticky actions 0.0: "
+                     "3.00; sticky actions 0.25: -2.00"]
+    with pytest.raises(ValueError, match="--evaluate plays an RLlib module"):
+        race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path / "sb3"), evaluate_games=2)
+
+
 def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
     """The SB3 DQN contender on this CPU: with a buffer this machine holds, it runs until its time is up (learning
     starts at rl-zoo's 100k steps, far beyond 8 s) and the judge's log is on disk; with one no machine holds, it
