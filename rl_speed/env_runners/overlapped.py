@@ -42,7 +42,8 @@ def stepped_env(env: Any) -> Any:
 
 def lane_groups(env: Any) -> int:
     """How many lane groups the runner's vector env steps apart (1: it steps all lanes at once)."""
-    return int(getattr(stepped_env(env).unwrapped, "lane_groups", 1) or 1)
+    env = stepped_env(env)
+    return int(getattr(getattr(env, "unwrapped", env), "lane_groups", 1) or 1)
 
 
 def check_overlap_supported(runner: Any) -> None:
