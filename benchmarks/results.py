@@ -25,21 +25,22 @@ PAGE = ROOT / "docs" / "results.md"
 
 
 def _commit() -> str:
-    """The checkout's commit, with ``+dirty`` where its tracked files differ from it (the code measured is then
-    not exactly that commit's)."""
+    """The checkout's commit, with ``+dirty`` where its tracked files other than results and documents differ from
+    it (the code measured is then not exactly that commit's; a result rewritten by this very run does not count)."""
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
         return "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!docs"],
+                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
     return proc.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def write_result(name: str, markdown: str, directory: str | Path, command: str) -> list[Path]:
     """``DIR/NAME.md`` (the markdown), ``DIR/NAME.png`` (its measured columns, if any) and ``DIR/result.json``."""
+    commit = _commit()  # before this run's files change the tree
     table, chart = write_outputs(name, markdown, directory)
     data = {"benchmark": name, "command": command, "machine": machine(),
-            "date": datetime.date.today().isoformat(), "commit": _commit(),
+            "date": datetime.date.today().isoformat(), "commit": commit,
             "tables": [{"header": header, "rows": rows} for header, rows in parse_tables(markdown)]}
     path = Path(directory) / "result.json"
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -133,3 +133,24 @@ def test_a_claim_with_a_source_reads_its_figure_from_the_result_file(tmp_path, m
              "command": "x", "study": "s.md"}
     assert results.figure_from(claim) == "9"
     assert "| c | 9 |" in results.render_page([claim])
+
+
+def test_the_recorded_commit_is_dirty_for_changed_code_not_for_rewritten_results(tmp_path, monkeypatch):
+    import subprocess
+
+    from benchmarks import results
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    (tmp_path / "results" / "bench" / "result.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    results.write_result("bench", "| a | b |\n|---|---:|\n| x | 1 |\n", tmp_path / "results" / "bench", "cmd")
+    assert not results._commit().endswith("+dirty")  # only the result it rewrote differs
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert results._commit().endswith("+dirty")
