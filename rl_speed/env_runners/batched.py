@@ -170,14 +170,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         if lane_groups(self.env) > 1:  # the env's lane groups step apart: overlap them with the forward
             return sample_overlapped(self, steps, explore, random_actions)
         n = self.num_envs
-        columns: Columns = {
-            C.OBS: tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
-            C.ACTIONS: tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype), self._action_struct),
-            C.REWARDS: np.empty((steps, n), np.float32),
-            C.TERMINATEDS: np.empty((steps, n), bool),
-            C.TRUNCATEDS: np.empty((steps, n), bool),
-            C.VALID: np.empty((steps, n), bool),
-        }
+        columns = self._new_columns(steps)
         # RLlib wraps the vector env in DictInfoToList, which rebuilds N info dicts per step; columns carry no
         # infos (episode callbacks read a lane's from the vector env's dict of arrays), so step the wrapped env.
         env = self.env.env if isinstance(self.env, DictInfoToList) else self.env
@@ -244,6 +237,18 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         if stateful:  # the state obs[T] is acted on with (unless obs[T] starts an episode: then zeros)
             columns[C.STATE_OUT] = tree.map_structure(lambda s: s.cpu().numpy()[None].copy(), self._state)
         return columns
+
+    def _new_columns(self, steps: int) -> Columns:
+        """Empty columns for a rollout of ``steps`` steps of every lane (the observations have ``steps + 1`` rows)."""
+        n = self.num_envs
+        return {
+            C.OBS: tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), self._obs),
+            C.ACTIONS: tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype), self._action_struct),
+            C.REWARDS: np.empty((steps, n), np.float32),
+            C.TERMINATEDS: np.empty((steps, n), bool),
+            C.TRUNCATEDS: np.empty((steps, n), bool),
+            C.VALID: np.empty((steps, n), bool),
+        }
 
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions, extra, state = module_actions(self.module, obs, explore, t, state=self._state,

@@ -76,14 +76,7 @@ def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bo
     vec = stepped_env(runner.env)  # the grouped env itself (check_overlap_supported: no wrapper in between)
     n, groups, size = runner.num_envs, vec.lane_groups, vec.group_size
     lanes = [slice(g * size, (g + 1) * size) for g in range(groups)]
-    columns: Columns = {
-        C.OBS: tree.map_structure(lambda o: np.empty((steps + 1, *o.shape), o.dtype), runner._obs),
-        C.ACTIONS: tree.map_structure(lambda s: np.empty((steps, n, *s.shape), s.dtype), runner._action_struct),
-        C.REWARDS: np.empty((steps, n), np.float32),
-        C.TERMINATEDS: np.empty((steps, n), bool),
-        C.TRUNCATEDS: np.empty((steps, n), bool),
-        C.VALID: np.empty((steps, n), bool),
-    }
+    columns = runner._new_columns(steps)
     runner._obs = tree.map_structure(np.array, runner._obs)  # ours to write lane by lane
     clip = runner.config.clip_rewards
     clock = time.perf_counter
@@ -108,11 +101,12 @@ def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bo
 
     runners = runner.config.num_env_runners or 1
     for t in range(steps):
+        drawn = runner.env.action_space.sample() if random_actions else None  # every lane's, once per step
         for g, lane in enumerate(lanes):
             obs = tree.map_structure(lambda o: o[lane], runner._obs)
             _write_lanes(columns[C.OBS], t, lane, obs)
             if random_actions:
-                actions, extra = runner.env.action_space.sample()[lane], {}
+                actions, extra = drawn[lane], {}
             else:
                 start = clock()
                 actions, extra = runner._compute_actions(
