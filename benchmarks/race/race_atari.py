@@ -20,8 +20,8 @@ Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing
 
 Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
 games reaches 18. ``--game breakout`` races the same contenders on Breakout (:data:`GAMES`): the presets' Breakout
-experiments, whole games of five lives, target 100 (those experiments' own stop value), the same rl-zoo settings for
-SB3 (rl-zoo's ``atari`` entry covers every game). A directory holds one game's runs. Each contender runs in its own
+experiments, whole games of five lives, target 300 (a strong policy's score: CleanRL's PPO reaches about 400 after
+10M env steps), the same rl-zoo settings for SB3 (rl-zoo's ``atari`` entry covers every game). A directory holds one game's runs. Each contender runs in its own
 process (``python -m benchmarks.race.race_atari contender ...``) for at most ``max_seconds``. :func:`run` queues
 every (seed, contender) run and starts each on a free slot: on a host with several GPUs a slot is one GPU and an
 equal share of the CPUs (hyperthread siblings together), so runs go side by side and the next starts when one ends (a
@@ -58,7 +58,7 @@ ATARI_DQN_ZOO = {"buffer_size": 1_000_000, "learning_rate": 1e-4, "batch_size": 
                  "exploration_final_eps": 0.1, "n_timesteps": 10_000_000}
 PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"},
             dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (-21 to 21)")
-BREAKOUT = Task("rl_speed/Atari-v0", 100.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "breakout"},
+BREAKOUT = Task("rl_speed/Atari-v0", 300.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "breakout"},
                 dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (five lives, one point or more per brick)")
 #: The games raced.
 GAMES = {"pong": PONG, "breakout": BREAKOUT}
@@ -137,13 +137,14 @@ def check_overrides(contender: str, overrides: dict | None) -> None:
                          '\'{"env_config": {"repeat_action_probability": 0.25}}\'.')
 
 
-def evaluate_final_policy(algo: Any, env_config: dict, games: int) -> dict:
+def evaluate_final_policy(algo: Any, env_config: dict, games: int, device: str = "cpu") -> dict:
     """The trained module's final policy, ``games`` full games per policy (greedy, sampled, random) under each
     protocol of :func:`benchmarks.evaluate.atari_policy.protocols` (sticky actions as trained, and 0.25): the game
-    scores by sticky-action probability and policy."""
+    scores by sticky-action probability and policy. The module plays on ``device`` (the driver's copy lives on the
+    CPU, where one forward per step made a Breakout evaluation of stalling games outlast 8 minutes)."""
     from benchmarks.evaluate.atari_policy import evaluate, protocols
 
-    module = algo.get_module()
+    module = algo.get_module().to(device)
     return {str(sticky): {name: returns.tolist() for name, returns in evaluate(module, env_config, games,
                                                                               sticky=sticky).items()}
             for sticky in protocols(env_config)}
@@ -162,7 +163,7 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         raise ValueError(f"race_atari: --evaluate plays an RLlib module; {contender} has none.")
     out = Path(directory) / f"{slug(contender)}-seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.csv"):  # a rerun replaces the previous run's log
+    for stale in [*out.glob("*.csv"), *out.glob("*.json")]:  # a rerun replaces the previous run's log and results
         stale.unlink()
     files = JudgeFiles(str(out), time.monotonic())
     meta: dict[str, Any] = {"contender": contender, "game": game, "seed": seed, "max_seconds": max_seconds,
@@ -175,6 +176,7 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         meta["ran"] = why is None
         if why:
             meta["why"] = why
+        write_meta(out, meta, files.start)
     else:
         import ray
 
@@ -188,20 +190,33 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
                 result = algo.train()
                 if reached(files.read(), task.target, task.window):
                     break
-            meta["ran"] = True
-            meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))
-            meta["seconds_trained"] = time.monotonic() - files.start
-            meta["last_iteration_profile"] = result.get("rl_speed_profile")  # where the last iteration's time went
-            if checkpoint:
-                meta["checkpoint"] = algo.save_to_path(str((out / "checkpoint").resolve()))
-            if evaluate_games:
-                evaluation = evaluate_final_policy(algo, env_config(game, overrides), evaluate_games)
-                (out / "evaluation.json").write_text(json.dumps(evaluation))
+            finish_rllib_run(algo, result, out, meta, files.start, checkpoint, evaluate_games,
+                             env_config(game, overrides), device)
             algo.stop()
         finally:
             ray.shutdown()
-    meta["seconds"] = time.monotonic() - files.start
+
+
+def write_meta(out: Path, meta: dict, start: float) -> None:
+    meta["seconds"] = time.monotonic() - start
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def finish_rllib_run(algo: Any, result: dict, out: Path, meta: dict, start: float, checkpoint: bool = False,
+                     evaluate_games: int = 0, game_config: dict | None = None, device: str = "cpu") -> None:
+    """After the clock: the run's figures into ``meta.json``, the checkpoint, then the evaluation. ``meta.json``
+    comes first: an evaluation can take minutes (a policy that stalls plays each game to the 108,000-frame cap) and
+    may be cut short, and the race's result must not go with it."""
+    meta["ran"] = True
+    meta["env_steps_sampled"] = int(result.get("num_env_steps_sampled_lifetime", 0))
+    meta["seconds_trained"] = time.monotonic() - start
+    meta["last_iteration_profile"] = result.get("rl_speed_profile")  # where the last iteration's time went
+    if checkpoint:
+        meta["checkpoint"] = algo.save_to_path(str((out / "checkpoint").resolve()))
+    write_meta(out, meta, start)
+    if evaluate_games:
+        evaluation = evaluate_final_policy(algo, game_config or {}, evaluate_games, device)
+        (out / "evaluation.json").write_text(json.dumps(evaluation))
 
 
 def directory_runs(directory: str) -> list[tuple[Path, dict]]:

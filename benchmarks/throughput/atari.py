@@ -50,7 +50,9 @@ def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str =
 
 
 def stock_config(algo: str, fast: Any) -> Any:
-    """Stock RLlib's PPO / DQN with ``fast``'s env, runners, module and training settings."""
+    """Stock RLlib's PPO / DQN with ``fast``'s env, runners (the runners' GPU share too), module and training
+    settings. rl_speed's own keys (``cuda_graph``, ``async_sampling``, ``mixed_precision``, the GPU replay's
+    ``storage_device``) have no stock counterpart: stock runs without them, which is the comparison."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     if algo == "PPO":
@@ -81,7 +83,8 @@ def stock_config(algo: str, fast: Any) -> Any:
         module = RLModuleSpec(module_class=QNetModule)
     return (config.environment(fast.env, env_config=dict(fast.env_config))
             .env_runners(num_env_runners=fast.num_env_runners, num_envs_per_env_runner=fast.num_envs_per_env_runner,
-                         rollout_fragment_length=fast.rollout_fragment_length)
+                         rollout_fragment_length=fast.rollout_fragment_length,
+                         num_gpus_per_env_runner=fast.num_gpus_per_env_runner)  # RLlib's runner honours it too
             .training(lr=fast.lr, gamma=fast.gamma, grad_clip=fast.grad_clip)
             .rl_module(rl_module_spec=module)
             .learners(num_gpus_per_learner=fast.num_gpus_per_learner))

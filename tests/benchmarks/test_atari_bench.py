@@ -13,7 +13,8 @@ from benchmarks.throughput import atari
 pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
 
 SHARED = ["env", "env_config", "num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length",
-          "train_batch_size_per_learner", "lr", "gamma", "grad_clip", "num_gpus_per_learner"]
+          "train_batch_size_per_learner", "lr", "gamma", "grad_clip", "num_gpus_per_learner",
+          "num_gpus_per_env_runner"]
 PER_ALGO = {"PPO": ["minibatch_size", "num_epochs", "lambda_", "clip_param", "entropy_coeff", "vf_loss_coeff",
                     "use_kl_loss"],
             "DQN": ["training_intensity", "n_step", "double_q", "dueling", "target_network_update_freq",

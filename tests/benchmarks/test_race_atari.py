@@ -56,10 +56,10 @@ def test_section_names_runs_that_started_and_did_not_finish(tmp_path):
 
 
 def test_a_breakout_directory_gets_breakouts_target_and_a_mixed_one_is_refused(tmp_path):
-    games = [(10.0 * i, 5000 * i, 120.0) for i in range(1, 21)]  # 20 games of 120: the target (100) at game 20
+    games = [(10.0 * i, 5000 * i, 320.0) for i in range(1, 21)]  # 20 games of 320: the target (300) at game 20
     _write_run(tmp_path, "FastPPO (ours)", games, game="breakout")
     table = race_atari.section(str(tmp_path))
-    assert table.startswith("Breakout (`rl_speed/Atari-v0`, `game: breakout`)") and "target 100" in table
+    assert table.startswith("Breakout (`rl_speed/Atari-v0`, `game: breakout`)") and "target 300" in table
     assert "| FastPPO (ours) | 200.0 (200.0-200.0) s | 100,000" in table
     _write_run(tmp_path, "PPO (ours)", games)  # no game recorded: a Pong run
     with pytest.raises(ValueError, match=r"holds runs of several games \['breakout', 'pong'\]"):
@@ -162,6 +162,33 @@ def test_final_policy_is_played_under_both_protocols_and_reported_per_contender(
                      "3.00; sticky actions 0.25: -2.00"]
     with pytest.raises(ValueError, match="--evaluate plays an RLlib module"):
         race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path / "sb3"), evaluate_games=2)
+
+
+def test_a_runs_result_is_kept_before_its_evaluation_and_a_rerun_clears_the_last_ones(tmp_path):
+    from types import SimpleNamespace
+
+    def no_module():
+        raise RuntimeError("the evaluation broke off")
+
+    meta = {"contender": "FastPPO (ours)", "seed": 0}
+    with pytest.raises(RuntimeError, match="broke off"):
+        race_atari.finish_rllib_run(SimpleNamespace(get_module=no_module), {"num_env_steps_sampled_lifetime": 7680},
+                                    tmp_path, meta, start=0.0, evaluate_games=2, game_config={"game": "pong"})
+    kept = json.loads((tmp_path / "meta.json").read_text())
+    assert kept["ran"] and kept["env_steps_sampled"] == 7680 and not (tmp_path / "evaluation.json").exists()
+
+
+
+def test_a_rerun_replaces_the_last_runs_log_meta_and_evaluation(tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    folder = tmp_path / "sb3-ppo-zoo-seed0"
+    folder.mkdir()
+    (folder / "evaluation.json").write_text('{"0.0": {"greedy": [21.0]}}')
+    (folder / "123.csv").write_text("1.0,100,21.0\n")
+    # SB3 installed: one second of its PPO; not installed: a run that says why it did not run. Either way a new run.
+    race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path), device="cpu")
+    assert not (folder / "evaluation.json").exists() and not (folder / "123.csv").exists()
+    assert json.loads((folder / "meta.json").read_text())["seconds"] > 0
 
 
 def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
