@@ -245,9 +245,9 @@ def atari_random_return(env_config: dict, episodes: int = 100, seed: int = 0) ->
 @pytest.mark.ci
 def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env):
     """The pixel path learns on this CPU: FastPPO with atari_ppo.yaml's Breakout settings (Nature CNN, uint8 frames
-    from ale-py's vector env to the module), with one change: a lost life ends the episode (``episodic_life``, as
-    CleanRL's Atari PPO), so a return is the bricks of one life and there are many episodes in a short run. Judged
-    against random actions on the same env; the mean of the last 5 iterations' returns."""
+    from ale-py's vector env to the module), with one change: a lost life ends the episode and starts a new game
+    (ale-py's ``episodic_life``), so a return is the bricks of a game's first life and there are many episodes in a
+    short run. Judged against random actions on the same env; the mean of the last 5 iterations' returns."""
     pytest.importorskip("ale_py", reason="needs the [atari] extra: pip install -e '.[atari]'")
     experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "atari_ppo.yaml"))["breakout-fastppo"]
     experiment["config"]["env_config"]["episodic_life"] = True

@@ -74,7 +74,7 @@ STANDARD_STICKY = 0.25
 def protocols(env_config: dict) -> dict[float, dict]:
     """The evaluation env configs by sticky-action probability: as trained, and the standard 0.25; full games."""
     trained = float(env_config.get("repeat_action_probability", 0.0))
-    full_game = {**env_config, "episodic_life": False}
+    full_game = {**env_config, "episodic_life": False, "life_episodes": False}
     return {p: {**full_game, "repeat_action_probability": p} for p in sorted({trained, STANDARD_STICKY})}
 
 

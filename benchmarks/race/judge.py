@@ -81,8 +81,9 @@ class EpisodeJudge(gym.Wrapper):
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = self.env.step(action)
         EpisodeJudge.steps += 1
-        self._return += float(reward)
-        if terminated or truncated:
+        # An env that reports its game (rl_speed's Atari) is judged on whole games and unclipped scores
+        self._return += float(info.get("game_reward", reward))
+        if info.get("game_over", terminated or truncated):
             EpisodeJudge.record([self._return], self._files)
             self._return = 0.0
         return obs, reward, terminated, truncated, info
@@ -106,8 +107,12 @@ class VectorEpisodeJudge(gym.vector.VectorWrapper):
         obs, rewards, terminated, truncated, info = self.env.step(actions)
         live = ~self._resetting
         EpisodeJudge.steps += int(live.sum())
-        self._returns += np.where(live, rewards, 0.0)
-        done = (terminated | truncated) & live
+        if "game_over" in info:  # an env that reports its game (rl_speed's Atari): whole games, unclipped scores
+            self._returns += info["game_reward"]
+            done = np.asarray(info["game_over"], bool)
+        else:
+            self._returns += np.where(live, rewards, 0.0)
+            done = (terminated | truncated) & live
         if done.any():
             EpisodeJudge.record([float(r) for r in self._returns[done]], self._files)
             self._returns[done] = 0.0

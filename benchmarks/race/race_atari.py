@@ -85,7 +85,8 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
 
     task = GAMES[game]
     _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
-    config.environment(judged_id(task.env_id, files), env_config=env_config(game, overrides)).debugging(seed=seed)
+    config.environment(judged_id(task.env_id, files), env_config={**config.env_config, **env_config(game, overrides)})
+    config.debugging(seed=seed)
     rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
     if rest:
         config = config.update_from_dict(rest)

@@ -81,7 +81,10 @@ def stock_config(algo: str, fast: Any) -> Any:
             min_sample_timesteps_per_iteration=fast.min_sample_timesteps_per_iteration)
         config.rl_module(model_config=dict(fast.model_config))
         module = RLModuleSpec(module_class=QNetModule)
-    return (config.environment(fast.env, env_config=dict(fast.env_config))
+    env_config = dict(fast.env_config)
+    if fast.clip_rewards is True:  # RLlib's new stack ignores `clip_rewards`; the env clips to the same sign instead
+        env_config["reward_clipping"] = True
+    return (config.environment(fast.env, env_config=env_config)
             .env_runners(num_env_runners=fast.num_env_runners, num_envs_per_env_runner=fast.num_envs_per_env_runner,
                          rollout_fragment_length=fast.rollout_fragment_length,
                          num_gpus_per_env_runner=fast.num_gpus_per_env_runner)  # RLlib's runner honours it too

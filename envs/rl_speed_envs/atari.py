@@ -11,9 +11,20 @@ RLlib's own ``sample()`` (evaluation).
 
 ``env_config`` keys (:data:`CONFIG_KEYS`), checked before anything starts: ``game`` (ale-py's ROM name, e.g.
 ``pong``, ``breakout``; ``ALE/Pong-v5`` is accepted too), ``frameskip``, ``stack_num``, ``noop_max``,
-``repeat_action_probability``, ``reward_clipping``, ``episodic_life``, ``use_fire_reset``, ``full_action_space``,
-``max_num_frames_per_episode``, ``num_threads`` (ale-py's threads per vector env; default 1, the one CPU Ray gives an
-env runner), ``lane_groups`` (default 1; see below).
+``repeat_action_probability``, ``reward_clipping``, ``episodic_life``, ``life_episodes`` (below),
+``use_fire_reset``, ``full_action_space``, ``max_num_frames_per_episode``, ``num_threads`` (ale-py's threads per
+vector env; default 1, the one CPU Ray gives an env runner), ``lane_groups`` (default 1; see below).
+
+Two ways to end an episode at a lost life, for games with lives (Breakout): ale-py's ``episodic_life`` ends the
+episode **and starts a new game**, so an agent never plays past its first life; ``life_episodes: true`` ends the
+episode and **continues the game** (SB3's and CleanRL's ``EpisodicLifeEnv``): the next episode starts from the frame
+after the lost life (its first step, a reset step of the NEXT_STEP protocol, plays a no-op whose reward is not
+given), and a new game starts only at game over. Either way the value target stops at a lost life. The two cannot be
+combined.
+
+Every step's ``info`` holds the game's own view, for judges that count whole games: ``game_reward`` (the unclipped
+reward of each lane's current game, also on steps whose training reward is withheld) and ``game_over`` (the game
+ended at this step: every episode end, except a lost life under ``life_episodes``).
 
 ``lane_groups: k`` splits the ``num_envs`` emulators into k equal groups, each its own ale-py vector env with its own
 thread(s), which can be stepped apart: :meth:`AtariVectorEnv.send_group` starts a group's step and returns at once,
@@ -36,7 +47,7 @@ from gymnasium.vector.utils import batch_space
 
 DEFAULTS = {"game": "pong", "frameskip": 4, "stack_num": 4, "noop_max": 30, "repeat_action_probability": 0.0,
             "reward_clipping": True, "episodic_life": False, "use_fire_reset": True, "full_action_space": False,
-            "max_num_frames_per_episode": 108_000, "num_threads": 1, "lane_groups": 1}
+            "max_num_frames_per_episode": 108_000, "num_threads": 1, "lane_groups": 1, "life_episodes": False}
 CONFIG_KEYS = tuple(DEFAULTS)
 
 
@@ -72,6 +83,9 @@ def check_config(settings: dict) -> dict:
             raise ValueError(f"Atari: `{key}` must be an integer >= 1, got {cfg[key]!r}.")
     if not isinstance(cfg["noop_max"], int) or cfg["noop_max"] < 0:
         raise ValueError(f"Atari: `noop_max` must be an integer >= 0, got {cfg['noop_max']!r}.")
+    if cfg["episodic_life"] and cfg["life_episodes"]:
+        raise ValueError("Atari: `episodic_life` and `life_episodes` both end an episode at a lost life; choose one: "
+                         "`episodic_life` (ale-py's) starts a new game there, `life_episodes` continues the game.")
     if not 0.0 <= float(cfg["repeat_action_probability"]) <= 1.0:
         raise ValueError("Atari: `repeat_action_probability` must be in [0, 1], got "
                          f"{cfg['repeat_action_probability']!r}.")
@@ -101,7 +115,7 @@ class AtariVectorEnv(VectorEnv):
                     game, size, num_threads=min(cfg["num_threads"], size), frameskip=cfg["frameskip"],
                     stack_num=cfg["stack_num"], noop_max=cfg["noop_max"],
                     repeat_action_probability=float(cfg["repeat_action_probability"]),
-                    reward_clipping=bool(cfg["reward_clipping"]), episodic_life=bool(cfg["episodic_life"]),
+                    reward_clipping=False, episodic_life=bool(cfg["episodic_life"]),  # clipped here: see recv_group
                     use_fire_reset=bool(cfg["use_fire_reset"]), full_action_space=bool(cfg["full_action_space"]),
                     max_num_frames_per_episode=cfg["max_num_frames_per_episode"], img_height=84, img_width=84,
                     grayscale=True, maxpool=True, autoreset_mode=AutoresetMode.NEXT_STEP))
@@ -110,6 +124,16 @@ class AtariVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.lane_groups = groups
         self.group_size = size
+        self._clip = bool(cfg["reward_clipping"])
+        self._life_episodes = bool(cfg["life_episodes"])
+        self._lives = np.zeros(self.num_envs, np.int64)  # each lane's lives after its last step
+        # life_episodes: the lane's last step ended an episode at a lost life (its next step plays a no-op and
+        # starts the next episode of the same game) / ended the game during that no-op (its next step, ale-py's
+        # restart, ends the episode the no-op began)
+        self._continuing = np.zeros(self.num_envs, bool)
+        self._ended_in_noop = np.zeros(self.num_envs, bool)
+        self._noop_terminated = np.zeros(self.num_envs, bool)  # how that game ended (else: the frame cap)
+        self._infos: list[dict] = [{} for _ in range(groups)]
         stack = cfg["stack_num"]
         self.single_observation_space = spaces.Box(0, 255, (84, 84, stack), np.uint8)
         self.single_action_space = spaces.Discrete(int(self._groups[0].single_action_space.n))
@@ -117,8 +141,13 @@ class AtariVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        obs = [group.reset(seed=None if seed is None else seed + g * self.group_size)[0]
-               for g, group in enumerate(self._groups)]  # consecutive seeds over all lanes, as one vector env
+        obs, lives = [], []
+        for g, group in enumerate(self._groups):  # consecutive seeds over all lanes, as one vector env
+            group_obs, info = group.reset(seed=None if seed is None else seed + g * self.group_size)
+            obs.append(group_obs)
+            lives.append(info["lives"])
+        self._lives[:] = np.concatenate(lives)
+        self._continuing[:] = self._ended_in_noop[:] = self._noop_terminated[:] = False
         return _channels_last(np.concatenate(obs)), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -127,18 +156,46 @@ class AtariVectorEnv(VectorEnv):
         for g in range(self.lane_groups):
             self.send_group(g, actions[g * size:(g + 1) * size])
         parts = [self.recv_group(g) for g in range(self.lane_groups)]
-        return (*(np.concatenate(column) for column in zip(*parts)), {})
+        info = {key: np.concatenate([i[key] for i in self._infos]) for key in ("game_reward", "game_over")}
+        return (*(np.concatenate(column) for column in zip(*parts)), info)
 
     def send_group(self, group: int, actions: Any) -> None:
         """Starts one step of lane group ``group`` (its ``group_size`` actions); returns without waiting."""
-        self._groups[group].send(np.asarray(actions, np.int64).reshape(self.group_size))
+        actions = np.asarray(actions, np.int64).reshape(self.group_size)
+        if self._life_episodes:  # an episode that continues a game after a lost life starts with a no-op
+            actions = np.where(self._continuing[self._lanes(group)], 0, actions)
+        self._groups[group].send(actions)
 
     def recv_group(self, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Waits for the step :meth:`send_group` started: the group's observations, rewards, terminateds and
-        truncateds."""
-        obs, rewards, terminated, truncated, _ = self._groups[group].recv()
-        return (_channels_last(obs), np.asarray(rewards, np.float32), np.asarray(terminated, bool),
-                np.asarray(truncated, bool))
+        """Waits for the step :meth:`send_group` started: the group's observations, rewards (clipped to their sign
+        with ``reward_clipping``), terminateds and truncateds."""
+        obs, game_reward, ale_terminated, ale_truncated, info = self._groups[group].recv()
+        lanes = self._lanes(group)
+        game_reward = np.asarray(game_reward, np.float32)
+        terminated, truncated = np.asarray(ale_terminated, bool), np.asarray(ale_truncated, bool)
+        game_over = terminated | truncated
+        rewards = np.sign(game_reward) if self._clip else game_reward.copy()
+        if self._life_episodes:
+            lives = np.asarray(info["lives"], np.int64)
+            noop = self._continuing[lanes]  # the no-op that starts an episode after a lost life (a reset step)
+            restart = self._ended_in_noop[lanes]  # ale-py's restart after a game that ended in that no-op
+            lost_life = (lives < self._lives[lanes]) & ~game_over & ~noop & ~restart
+            rewards[noop | restart] = 0.0
+            # A game that ended in the no-op is over for the judge there, and the episode the no-op began ends at
+            # the next step, ale-py's restart (a reset step cannot end an episode).
+            terminated = np.where(noop, False, np.where(restart, self._noop_terminated[lanes], terminated | lost_life))
+            truncated = np.where(noop, False, np.where(restart, ~self._noop_terminated[lanes], truncated))
+            game_reward[restart] = 0.0  # the restart step belongs to no game
+            game_over = game_over & ~restart
+            self._ended_in_noop[lanes] = noop & game_over
+            self._noop_terminated[lanes] = noop & np.asarray(ale_terminated, bool)
+            self._continuing[lanes] = lost_life | restart
+            self._lives[lanes] = lives
+        self._infos[group] = {"game_reward": game_reward, "game_over": game_over}
+        return _channels_last(obs), rewards.astype(np.float32), terminated, truncated
+
+    def _lanes(self, group: int) -> slice:
+        return slice(group * self.group_size, (group + 1) * self.group_size)
 
     def close_extras(self, **kwargs: Any) -> None:
         for group in getattr(self, "_groups", ()):  # (empty if ale-py refused the game)
@@ -162,8 +219,9 @@ class AtariEnv(gym.Env):
         return obs[0], {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        obs, rewards, terminated, truncated, _ = self._vector.step(np.array([action]))
-        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), {}
+        obs, rewards, terminated, truncated, info = self._vector.step(np.array([action]))
+        return (obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]),
+                {"game_reward": float(info["game_reward"][0]), "game_over": bool(info["game_over"][0])})
 
     def close(self) -> None:
         self._vector.close()

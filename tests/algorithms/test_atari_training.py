@@ -40,6 +40,26 @@ def test_fast_ppo_trains_the_nature_module_on_uint8_frames(ray_session):
         algo.stop()
 
 
+def test_fast_ppo_on_breakout_with_an_episode_per_life_and_clipping_in_the_runner(ray_session):
+    """The Breakout presets' env settings plus ``life_episodes``: a lost life ends an episode in the columns (the
+    value target stops there) while the game plays on; the runner clips the rewards it trains on."""
+    config = (FastPPOConfig().environment("rl_speed/Atari-v0", env_config={"game": "breakout", "life_episodes": True,
+                                                                           "reward_clipping": False},
+                                          clip_rewards=True)
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=128)
+              .training(train_batch_size_per_learner=256, minibatch_size=128, num_epochs=1)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic)))
+    algo = config.build_algo()
+    try:
+        algo.train()
+        columns = algo.env_runner.sample_columns()
+        # near-random play loses a life every ~25 steps: about 10 episode ends in 2 x 128 steps (a whole game: ~2)
+        assert columns["terminateds"].sum() >= 6
+        assert set(np.unique(columns["rewards"])) <= {0.0, 1.0}
+    finally:
+        algo.stop()
+
+
 def test_fast_dqn_stores_uint8_frames_and_trains_the_nature_q_net(ray_session):
     config = (FastDQNConfig().environment("rl_speed/Atari-v0", env_config={"game": "breakout"})
               .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=16)

@@ -102,6 +102,45 @@ def test_vector_judge_skips_reset_steps_and_logs_each_lane():
     assert best_mean(EpisodeJudge.log[:WINDOW - 1]) == float("-inf")
 
 
+@pytest.mark.parametrize("life_episodes", [False, True])
+def test_the_judge_counts_whole_atari_games_at_their_unclipped_score(life_episodes):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    import numpy as np
+
+    from benchmarks.race.judge import EpisodeJudge, VectorEpisodeJudge
+    from rl_speed_envs.atari import AtariEnv, AtariVectorEnv
+
+    EpisodeJudge.begin()
+    env = VectorEpisodeJudge(AtariVectorEnv(4, game="breakout", life_episodes=life_episodes))
+    games, scores, episodes = [], np.zeros(4), 0
+    try:
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(1500):
+            _, rewards, terminated, truncated, info = env.step(rng.integers(0, 4, 4))
+            assert set(np.unique(rewards)) <= {0.0, 1.0}  # trained on clipped rewards
+            scores += info["game_reward"]
+            games += list(scores[info["game_over"]])
+            scores[info["game_over"]] = 0.0
+            episodes += int((terminated | truncated).sum())
+    finally:
+        env.close()
+    assert [r for _, _, r in EpisodeJudge.log] == games and len(games) >= 2
+    assert max(games) > 1  # whole games, bricks of the upper rows worth more than one point
+    assert (episodes >= 4 * len(games)) if life_episodes else episodes == len(games)  # five lives a game
+    EpisodeJudge.begin()
+    scalar = EpisodeJudge(AtariEnv(game="breakout", life_episodes=True))
+    try:
+        scalar.reset(seed=0)
+        score, lives_lost = 0.0, 0
+        while not EpisodeJudge.log:
+            _, _, terminated, _, info = scalar.step(int(rng.integers(0, 4)))
+            score += info["game_reward"]
+            lives_lost += terminated
+    finally:
+        scalar.close()
+    assert EpisodeJudge.log[0][2] == score and lives_lost == 5  # the scalar form: one game of five episodes
+
 
 def test_judge_files_merge_processes_in_time_order_with_summed_steps(tmp_path):
     from benchmarks.race.judge import JudgeFiles

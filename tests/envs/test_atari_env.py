@@ -101,3 +101,94 @@ def test_lane_groups_step_apart_and_together_like_one_vector_env():
         AtariVectorEnv(4, lane_groups=3)
     with pytest.raises(ValueError, match="`lane_groups` must be an integer >= 1"):
         check_config({"lane_groups": 0})
+
+
+def _plain_breakout(num_envs: int, **config):
+    """ale-py's own vector env with rl_speed's settings and unclipped rewards: the reference a test replays."""
+    import ale_py
+    from gymnasium.vector import AutoresetMode
+
+    return ale_py.AtariVectorEnv("breakout", num_envs, num_threads=1, reward_clipping=False, img_height=84,
+                                 img_width=84, grayscale=True, maxpool=True, autoreset_mode=AutoresetMode.NEXT_STEP,
+                                 **config)
+
+
+def _replay_against_plain_ale(steps: int, num_envs: int, **config) -> dict:
+    """Random actions into a ``life_episodes`` Breakout env and the same actions (a no-op where a lane begins an
+    episode after a lost life) into ale-py's own env: the frames must be the game's, step for step; returns what the
+    run saw."""
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    ours, plain = AtariVectorEnv(num_envs, game="breakout", life_episodes=True, **config), _plain_breakout(
+        num_envs, **{k: v for k, v in config.items() if k != "reward_clipping"})
+    seen = {"life_ends": 0, "game_overs": 0, "restarts": 0}
+    try:
+        obs, _ = ours.reset(seed=3)
+        ref_obs, ref_info = plain.reset(seed=3)
+        assert np.array_equal(obs, ref_obs.transpose(0, 2, 3, 1))
+        rng, lives, starting = np.random.default_rng(0), ref_info["lives"], np.zeros(num_envs, bool)
+        for t in range(steps):
+            actions = rng.integers(0, 4, num_envs)
+            restart = ours._ended_in_noop.copy()
+            obs, rewards, terminated, truncated, info = ours.step(actions)
+            ref_obs, ref_rewards, ref_term, ref_trunc, ref_info = plain.step(np.where(starting, 0, actions))
+            assert np.array_equal(obs, ref_obs.transpose(0, 2, 3, 1)), t  # the same game, frame for frame
+            lost = (ref_info["lives"] < lives) & ~(ref_term | ref_trunc) & ~starting & ~restart
+            normal = ~starting & ~restart
+            assert np.array_equal(terminated[normal], (ref_term | lost)[normal]), t
+            assert np.array_equal(truncated[normal], ref_trunc[normal]), t
+            assert not (terminated | truncated)[starting].any()  # a reset step of the NEXT_STEP protocol
+            assert np.array_equal(rewards, np.where(normal, np.sign(ref_rewards), 0.0)), t
+            assert np.array_equal(info["game_reward"], np.where(restart, 0.0, ref_rewards)), t
+            assert np.array_equal(info["game_over"], (ref_term | ref_trunc) & ~restart), t
+            seen["life_ends"] += int(lost.sum())
+            seen["game_overs"] += int(info["game_over"].sum())
+            seen["restarts"] += int(restart.sum())
+            starting, lives = ours._continuing.copy(), ref_info["lives"]
+    finally:
+        ours.close()
+        plain.close()
+    return seen
+
+
+def test_life_episodes_end_an_episode_at_a_lost_life_and_play_on_in_the_same_game():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    seen = _replay_against_plain_ale(1500, 4)
+    assert seen["life_ends"] >= 8 and seen["game_overs"] >= 2  # random play loses a life every ~25 steps
+
+
+def test_a_game_that_ends_in_the_no_op_after_a_lost_life_ends_the_episode_at_ale_pys_restart():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    # With seed 3 and these random actions, a frame cap of 416 falls on one lane's no-op after a lost life (found by
+    # trying the caps from 400 up)
+    assert _replay_against_plain_ale(416 // 4 + 3, 8, max_num_frames_per_episode=416)["restarts"] == 1
+
+
+def test_life_episodes_and_ale_pys_episodic_life_are_refused_together():
+    with pytest.raises(ValueError, match="choose one: `episodic_life` \\(ale-py's\\) starts a new game there"):
+        check_config({"episodic_life": True, "life_episodes": True})
+
+
+def test_every_step_reports_the_games_unclipped_reward_and_its_end():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from rl_speed_envs.atari import AtariEnv, AtariVectorEnv
+
+    env, plain = AtariVectorEnv(2, game="breakout"), _plain_breakout(2)
+    scalar = AtariEnv(game="breakout")
+    try:
+        env.reset(seed=1), plain.reset(seed=1), scalar.reset(seed=1)
+        rng, scored = np.random.default_rng(1), 0.0
+        for _ in range(600):
+            actions = rng.integers(0, 4, 2)
+            _, rewards, terminated, truncated, info = env.step(actions)
+            _, ref_rewards, ref_term, ref_trunc, _ = plain.step(actions)
+            assert np.array_equal(rewards, np.sign(ref_rewards)) and np.array_equal(info["game_reward"], ref_rewards)
+            assert np.array_equal(info["game_over"], terminated | truncated)
+            _, reward, _, _, scalar_info = scalar.step(actions[0])
+            assert (reward, scalar_info["game_reward"]) == (float(np.sign(ref_rewards[0])), float(ref_rewards[0]))
+            scored += ref_rewards.sum()
+        assert scored > 0
+    finally:
+        env.close()
+        plain.close()
+        scalar.close()
