@@ -34,7 +34,7 @@ def _runner(lanes: int, game: str = "pong", lane_groups: int = 1):
     from benchmarks.throughput.atari import preset
     from rl_speed.env_runners.batched import BatchedEnvRunner
 
-    torch.set_num_threads(1)  # a remote runner with its one CPU (rl_speed.env_runners.batched._set_runner_threads)
+    torch.set_num_threads(1)  # a remote runner with its one CPU (rl_speed.env_runners.stepping.set_runner_threads)
     _, config = preset("PPO", device="cpu", cpus=2, game=game)
     config.env_runners(num_env_runners=0, num_envs_per_env_runner=lanes).learners(num_gpus_per_learner=0)
     config.environment(env_config={**config.env_config, "lane_groups": lane_groups})
@@ -45,17 +45,17 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
     """Per lane-group count: medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls (the runners'
     rounds alternating): ms per runner step (all lanes) blocked in the emulators, in inference and in the rest; env
     steps/s; and for one group, a cProfile of its last round."""
-    from rl_speed.env_runners import batched, overlapped
+    from rl_speed.env_runners import stepping
 
     runners = {k: _runner(lanes, lane_groups=k) for k in groups}
     seconds = []  # (env, inference) seconds of each call, as the runner times them for RLlib's step timers
-    logged = batched.log_step_timers
+    logged = stepping.log_step_timers
 
     def record(metrics, steps, env_seconds, inference_seconds):
         seconds.append((env_seconds, inference_seconds or 0.0))
         logged(metrics, steps, env_seconds, inference_seconds)
 
-    batched.log_step_timers = overlapped.log_step_timers = record
+    stepping.log_step_timers = record  # every runner calls it through the module
     try:
         for runner in runners.values():
             runner.sample_columns()  # warm-up: resets, first forward
@@ -87,7 +87,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
             out[1]["profile"] = text.getvalue()
         return out
     finally:
-        batched.log_step_timers = overlapped.log_step_timers = logged
+        stepping.log_step_timers = logged
         for runner in runners.values():
             runner.stop()
 

@@ -23,21 +23,17 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 import tree
 
 from gymnasium.wrappers.vector import DictInfoToList
-from ray.rllib.core.columns import Columns as RLlibColumns
-from ray.rllib.models.torch.torch_distributions import TorchCategorical
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.annotations import override
-from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space, unsquash_action
+from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     EPISODE_DURATION_SEC_MEAN,
@@ -47,15 +43,17 @@ from ray.rllib.utils.metrics import (
     EPISODE_RETURN_MAX,
     EPISODE_RETURN_MEAN,
     EPISODE_RETURN_MIN,
-    ENV_STEP_TIMER,
-    RLMODULE_INFERENCE_TIMER,
     SAMPLE_TIMER,
 )
 
 from rl_speed import columns as C
 from rl_speed.connectors import env_to_module as connectors
 from rl_speed.columns import Columns, num_steps
+from rl_speed.env_runners import stepping
 from rl_speed.env_runners.episode_callbacks import EpisodeCallbacks, configured_callbacks
+from rl_speed.env_runners.overlapped import check_overlap_supported, lane_groups, sample_overlapped
+from rl_speed.env_runners.stepping import (clip_rewards, module_actions, set_runner_threads, to_env_actions,
+                                           write_step)
 
 
 def bptt_horizon(config: Any) -> int:
@@ -65,15 +63,6 @@ def bptt_horizon(config: Any) -> int:
     if horizon is None:
         horizon = (config.model_config or {}).get("max_seq_len", 20)
     return int(horizon)
-
-
-def _set_runner_threads(config: Any, worker_index: int) -> None:
-    """Remote runners get as many torch/OMP threads as CPUs Ray gave them (default 1), so N runners on N cores
-    do not oversubscribe; the local runner shares the driver's threads."""
-    if worker_index and worker_index > 0:
-        threads = max(1, int(config.num_cpus_per_env_runner or 1))
-        torch.set_num_threads(threads)
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
 class BatchedEnvRunner(SingleAgentEnvRunner):
@@ -86,7 +75,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
-        _set_runner_threads(config, kwargs.get("worker_index", 0))
+        set_runner_threads(config, kwargs.get("worker_index", 0))
         super().__init__(config=config, **kwargs)
         n = self.num_envs
         self._obs: Any = None  # [N, ...] last observation, continued across sample_columns() calls
@@ -193,7 +182,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         clock = time.perf_counter
         env_seconds = inference_seconds = 0.0  # RLlib's env_step_timer / rlmodule_inference_timer, per step
         for t in range(steps):
-            _write(columns[C.OBS], t, self._obs)
+            write_step(columns[C.OBS], t, self._obs)
             if stateful:
                 columns[C.IS_FIRST][t] = self._is_first
                 if self._is_first.any():
@@ -202,7 +191,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                         for s in tree.flatten(self._state):
                             s[first] = 0.0
                 if t % horizon == 0:
-                    _write(columns[C.STATE_IN], t // horizon,
+                    write_step(columns[C.STATE_IN], t // horizon,
                            tree.map_structure(lambda s: s.cpu().numpy(), self._state))
             if random_actions:
                 actions, extra = self.env.action_space.sample(), {}
@@ -221,7 +210,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             valid = ~self._resetting
             if callbacks is not None:
                 callbacks.after_step(t, actions, raw_obs, rewards, terminateds, truncateds, infos, valid)
-            _write(columns[C.ACTIONS], t, actions)
+            write_step(columns[C.ACTIONS], t, actions)
             columns[C.REWARDS][t] = clip_rewards(rewards, self.config.clip_rewards)  # metrics keep the raw ones
             columns[C.TERMINATEDS][t] = terminateds
             columns[C.TRUNCATEDS][t] = truncateds
@@ -232,8 +221,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                    if self._connectors else raw_obs)
             self._resetting = terminateds | truncateds
             self._obs = obs
-        _write(columns[C.OBS], steps, self._obs)
-        log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
+        write_step(columns[C.OBS], steps, self._obs)
+        stepping.log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
         if stateful:  # the state obs[T] is acted on with (unless obs[T] starts an episode: then zeros)
             columns[C.STATE_OUT] = tree.map_structure(lambda s: s.cpu().numpy()[None].copy(), self._state)
         return columns
@@ -306,123 +295,3 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
         ):
             self.metrics.log_value(key, float(value), reduce=reduce, window=1)
-
-
-def log_step_timers(metrics: Any, steps: int, env_seconds: float, inference_seconds: float | None) -> None:
-    """RLlib's ``env_step_timer`` and ``rlmodule_inference_timer`` (seconds per step of all lanes) for one
-    ``sample_columns()`` call of ``steps`` steps; ``inference_seconds`` None: no forward ran (random actions).
-
-    RLlib's runner pushes one value per step into an EMA of coefficient 0.01; one push per call of the per-step mean,
-    with coefficient 1 - 0.99**steps, weighs the history the same way at a cost per call."""
-    ema = 1.0 - 0.99**steps
-    metrics.log_value(ENV_STEP_TIMER, env_seconds / steps, ema_coeff=ema)
-    if inference_seconds is not None:
-        metrics.log_value(RLMODULE_INFERENCE_TIMER, inference_seconds / steps, ema_coeff=ema)
-
-
-def clip_rewards(rewards: np.ndarray, setting: bool | float | None) -> np.ndarray:
-    """RLlib's ``clip_rewards`` for the training columns: True -> the sign of each reward, a number c -> clipped to
-    [-c, c], None / False -> unchanged. Episode returns in the metrics stay unclipped, as on RLlib's old stack."""
-    if setting is True:
-        return np.sign(rewards)
-    if setting:  # a number
-        return np.clip(rewards, -abs(float(setting)), abs(float(setting)))
-    return rewards
-
-
-def _write(target: Any, t: int, value: Any) -> None:
-    """``target[t] = value`` leaf by leaf (Dict / Tuple observations and actions are structures of arrays)."""
-    if isinstance(target, np.ndarray):
-        target[t] = value
-        return
-    for dst, src in zip(tree.flatten(target), tree.flatten(value)):
-        dst[t] = src
-
-
-def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any = None, time_axis: bool = False,
-                   device: Any = None) -> tuple[Any, dict[str, np.ndarray], Any]:
-    """One forward pass of ``module`` (in eval mode) over a batch of observations: ``(actions, extra, state_out)``.
-
-    Modules that pick actions themselves (DQN's epsilon-greedy) return ``actions``; others return distribution
-    inputs, which are sampled here (PPO), and ``extra`` holds the log-probs and distribution inputs PPO's loss reads.
-    ``time_axis``: RLlib's own stateful modules act on ``[B, 1, ...]``, as RLlib's AddTimeDimToBatchAndZeroPad
-    makes it. ``device``: where the module lives (RLlib puts a runner's module on a GPU when
-    ``num_gpus_per_env_runner`` > 0); the observations go there and the outputs come back as numpy arrays."""
-    with torch.inference_mode():
-        obs_t = (torch.from_numpy(obs) if isinstance(obs, np.ndarray)  # the common case, without tree's cost
-                 else tree.map_structure(lambda o: torch.from_numpy(np.asarray(o)), obs))  # Dict / Tuple
-        if device is not None and torch.device(device).type != "cpu":
-            obs_t = tree.map_structure(lambda o: o.to(device, non_blocking=True), obs_t)
-        if time_axis:
-            obs_t = tree.map_structure(lambda o: o[:, None], obs_t)
-        batch = {RLlibColumns.OBS: obs_t}
-        if state is not None:
-            batch[RLlibColumns.STATE_IN] = state
-        # The private forwards: the public ones walk every submodule with .eval()/.train() on each call, and the
-        # runners' modules never leave eval mode (set when the runner is built).
-        if explore:
-            out = module._forward_exploration(batch, t=t)
-        else:
-            out = module._forward_inference(batch)
-        if time_axis:
-            stepped = (RLlibColumns.ACTIONS, RLlibColumns.ACTION_DIST_INPUTS, RLlibColumns.ACTION_LOGP)
-            out = {k: (tree.map_structure(lambda x: x[:, 0], v) if k in stepped else v) for k, v in out.items()}
-        extra: dict[str, np.ndarray] = {}
-        if RLlibColumns.ACTIONS in out:
-            actions = out[RLlibColumns.ACTIONS]
-            # A module that samples its own actions (e.g. autoregressive ones) gives PPO's log-probs and
-            # distribution inputs with them, as RLlib's GetActions connector then passes them on.
-            if explore and RLlibColumns.ACTION_LOGP in out:
-                extra[C.ACTION_LOGP] = out[RLlibColumns.ACTION_LOGP].float().cpu().numpy()
-                if RLlibColumns.ACTION_DIST_INPUTS in out:
-                    extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
-        else:
-            dist_cls = (module.get_exploration_action_dist_cls() if explore
-                        else module.get_inference_action_dist_cls())
-            logits = out[RLlibColumns.ACTION_DIST_INPUTS]
-            if explore and dist_cls is TorchCategorical:
-                actions, logp = sample_categorical(logits)
-            else:
-                dist = dist_cls.from_logits(logits)
-                if not explore:
-                    dist = dist.to_deterministic()
-                actions = dist.sample()
-                logp = dist.logp(actions) if explore else None
-            if explore:
-                extra[C.ACTION_LOGP] = logp.float().cpu().numpy()
-                # PPO's KL term compares the learner's distribution with the one that acted.
-                extra[C.ACTION_DIST_INPUTS] = logits.float().cpu().numpy()
-    # (A heuristic module, e.g. RLlib's RandomRLModule, may give numpy actions.)
-    return (tree.map_structure(lambda a: a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a), actions),
-            extra, out.get(RLlibColumns.STATE_OUT))
-
-
-def sample_categorical(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Actions and their log-probs from ``TorchCategorical`` logits, as its ``sample()`` and ``logp()`` give them (the
-    same multinomial draw over the same probabilities), with one log-softmax for both: RLlib's pair normalizes twice
-    and builds a torch ``Categorical`` per call, about 40% of the sampling time of a 576-lane forward on one core."""
-    logp_all = torch.log_softmax(logits, -1)
-    actions = torch.multinomial(logp_all.exp(), 1, True)
-    return actions.squeeze(-1), logp_all.gather(-1, actions).squeeze(-1)
-
-
-def to_env_actions(actions: Any, action_struct: Any, config: Any) -> Any:
-    """What the env receives, as RLlib's ``NormalizeAndClipActions`` connector does it: for each bounded ``Box``
-    (also inside a ``Dict`` action space), the module's actions (roughly in [-1, 1]) are unsquashed to the bounds if
-    ``normalize_actions``, or clipped to them if ``clip_actions``. The columns keep the module's own actions, which
-    the log-probs refer to."""
-
-    def to_env(action: np.ndarray, space: gym.Space) -> np.ndarray:
-        if not isinstance(space, gym.spaces.Box) or not space.is_bounded("both"):
-            return action
-        if config.normalize_actions:
-            action = unsquash_action(action, space)
-        elif not config.clip_actions:
-            return action
-        return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
-
-    return tree.map_structure(to_env, actions, action_struct)
-
-
-# (imported last: rl_speed.env_runners.overlapped uses this module's helpers)
-from rl_speed.env_runners.overlapped import check_overlap_supported, lane_groups, sample_overlapped  # noqa: E402

@@ -55,8 +55,9 @@ from rl_speed import columns as C
 from rl_speed.columns import Columns
 from rl_speed.connectors.env_to_module import apply_per_copy, multi_agent_pipeline
 from rl_speed.env_runners.episode_callbacks import MultiAgentEpisodeCallbacks, configured_callbacks
-from rl_speed.env_runners.batched import (_set_runner_threads, _write, clip_rewards, log_step_timers, module_actions,
-                                          to_env_actions)
+from rl_speed.env_runners import stepping
+from rl_speed.env_runners.stepping import (clip_rewards, module_actions, set_runner_threads, to_env_actions,
+                                           write_step)
 
 
 NOT_OPEN, DROPPED = -1, -2  # a lane's open-transition row (turn-based envs): none, or one in an earlier rollout
@@ -117,7 +118,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
 
     @override(MultiAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
-        _set_runner_threads(config, kwargs.get("worker_index", 0))
+        set_runner_threads(config, kwargs.get("worker_index", 0))
         super().__init__(config=config, **kwargs)
         self.module_ids = sorted(self.module.keys()) if self.module is not None else []
         for mid in self.module_ids:
@@ -216,7 +217,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         clock = time.perf_counter
         env_seconds = inference_seconds = 0.0
         for t in range(steps):
-            _write(columns[C.OBS], t, self._obs)
+            write_step(columns[C.OBS], t, self._obs)
             columns[C.MODULE][t] = self._module
             acting = self._present & ~np.repeat(self._resetting, a)
             start = clock()
@@ -252,12 +253,12 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
                     self._resetting[i] = True
                     self._finish_episode(i)
                     episodes += 1
-        _write(columns[C.OBS], steps, self._obs)
+        write_step(columns[C.OBS], steps, self._obs)
         columns[C.MODULE][steps] = self._module
         still_open = np.flatnonzero(self._open >= 0)  # their next observation comes in a later rollout
         columns[C.VALID][self._open[still_open], still_open] = False
         self._open[still_open] = DROPPED
-        log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
+        stepping.log_step_timers(self.metrics, steps, env_seconds, None if random_actions else inference_seconds)
         return columns, env_steps, episodes
 
     def _step_copy(self, i: int, result: tuple, acting: np.ndarray, columns: Columns, t: int) -> bool:
@@ -307,7 +308,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         if write.all() and isinstance(self._obs, np.ndarray):  # the common case: one array copy per env step
             self._obs[lanes] = np.stack([obs[aid] for aid in agents])
         elif write.all() and not self._by_module:
-            _write(self._obs, lanes, tree.map_structure(lambda *xs: np.stack(xs), *[obs[aid] for aid in agents]))
+            write_step(self._obs, lanes, tree.map_structure(lambda *xs: np.stack(xs), *[obs[aid] for aid in agents]))
         else:
             for k in np.flatnonzero(write):
                 self._set_obs(i * a + k, obs[agents[k]])
@@ -428,7 +429,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
 
     def _set_obs(self, lane: int, value: Any) -> None:
         """The lane's observation, into the array of the module that acts for it."""
-        _write(self._obs[self.module_ids[self._module[lane]]] if self._by_module else self._obs, lane, value)
+        write_step(self._obs[self.module_ids[self._module[lane]]] if self._by_module else self._obs, lane, value)
 
     def _lane_action(self, columns: Columns, t: int, lane: int) -> Any:
         chosen = columns[C.ACTIONS][self.module_ids[self._module[lane]]] if self._by_module else columns[C.ACTIONS]

@@ -32,7 +32,8 @@ from gymnasium.wrappers.vector import DictInfoToList
 
 from rl_speed import columns as C
 from rl_speed.columns import Columns
-from rl_speed.env_runners.batched import _write, clip_rewards, log_step_timers
+from rl_speed.env_runners import stepping
+from rl_speed.env_runners.stepping import clip_rewards, write_step
 
 
 def stepped_env(env: Any) -> Any:
@@ -125,7 +126,7 @@ def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bo
                 receive(0, t)
     for g in range(1, groups):  # the steps still running: nothing is in flight between calls
         receive(g, steps - 1)
-    _write(columns[C.OBS], steps, runner._obs)
-    log_step_timers(runner.metrics, steps, waited, None if random_actions else inference_seconds)
+    write_step(columns[C.OBS], steps, runner._obs)
+    stepping.log_step_timers(runner.metrics, steps, waited, None if random_actions else inference_seconds)
     return columns
 

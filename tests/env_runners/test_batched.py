@@ -114,23 +114,6 @@ def test_module_actions_and_policy_outputs(algo):
 
 
 
-def test_categorical_sampling_draws_what_rllibs_distribution_draws():
-    """The runners' categorical fast path: the same actions as TorchCategorical's sample() from the same RNG state,
-    and its logp()."""
-    import torch
-    from ray.rllib.models.torch.torch_distributions import TorchCategorical
-
-    from rl_speed.env_runners.batched import sample_categorical
-
-    logits = torch.randn(4096, 7, generator=torch.Generator().manual_seed(0)) * 3
-    torch.manual_seed(5)
-    dist = TorchCategorical.from_logits(logits)
-    expected = dist.sample()
-    torch.manual_seed(5)
-    actions, logp = sample_categorical(logits)
-    assert torch.equal(actions, expected)
-    assert torch.allclose(logp, dist.logp(expected), atol=1e-5)
-
 def test_rllib_sample_returns_episodes_and_shares_the_env_with_the_columnar_path():
     runner = _runner("PPO", t=16)
     runner.sample_columns()
