@@ -101,8 +101,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # (rl_speed.env_runners.episode_callbacks); without them the path below pays nothing.
         self._callback_names = configured_callbacks(self.config, self._callbacks)
         self._episode_callbacks: EpisodeCallbacks | None = None
-        if self.env is not None and lane_groups(self.env) > 1:
-            check_overlap_supported(self)  # refused while the algorithm is built, before any training
+        if self.env is not None and lane_groups(self.env) > 1 and not self.config.in_evaluation:
+            # Refused while the algorithm is built, before any training. An evaluation runner samples through
+            # RLlib's sample(), which steps every group together and honours all of it (checked only if its
+            # sample_columns() is called).
+            check_overlap_supported(self)
 
     @functools.cached_property
     def _action_struct(self) -> Any:
@@ -157,6 +160,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
 
     def _sample_steps(self, steps: int, explore: bool, random_actions: bool) -> Columns:
         if lane_groups(self.env) > 1:  # the env's lane groups step apart: overlap them with the forward
+            if self.config.in_evaluation:
+                check_overlap_supported(self)
             return sample_overlapped(self, steps, explore, random_actions)
         n = self.num_envs
         columns = self._new_columns(steps)

@@ -18,7 +18,8 @@ moments.
 Used by :class:`rl_speed.env_runners.batched.BatchedEnvRunner` when its env has ``lane_groups`` > 1, for
 feed-forward modules without env-to-module pieces or episode callbacks (their per-step work sees all lanes at
 once), on the grouped env itself (a wrapper around it would step all lanes at once, or miss the groups' steps); the
-runner refuses the other cases when it is built.
+runner refuses the other cases when it is built. An evaluation runner samples through RLlib's ``sample()``, which
+steps every group together and honours all of these; it refuses them only if its ``sample_columns()`` is called.
 """
 
 from __future__ import annotations

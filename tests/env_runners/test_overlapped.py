@@ -15,7 +15,7 @@ from rl_speed.env_runners.overlapped import check_overlap_supported
 ale_py = pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
 
 
-def _runner(groups: int, **callbacks):
+def _runner(groups: int, evaluation: bool = False, **callbacks):
     rl_speed.register()
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -32,6 +32,8 @@ def _runner(groups: int, **callbacks):
               .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic))
               .callbacks(**callbacks)
               .debugging(seed=0))
+    if evaluation:  # what an algorithm's evaluation runners get
+        config = config.get_evaluation_config_object()
     return BatchedEnvRunner(config=config)
 
 
@@ -72,6 +74,18 @@ def test_random_actions_fill_every_lane_of_both_groups():
 def test_a_runner_with_episode_callbacks_is_refused_when_built():
     with pytest.raises(ValueError, match=r"`lane_groups`=2 .* episode callbacks \['on_episode_step'\]"):
         _runner(2, on_episode_step=lambda **kwargs: None)
+
+
+def test_an_evaluation_runner_with_episode_callbacks_samples_through_rllib_and_refuses_the_overlapped_loop():
+    seen = []
+    runner = _runner(2, evaluation=True, on_episode_end=lambda episode, **kwargs: seen.append(episode.get_return()))
+    try:
+        episodes = runner.sample(num_episodes=4, explore=False)  # RLlib's sample(): every group stepped together
+        assert len(seen) >= 4 and all(e.is_done for e in episodes)
+        with pytest.raises(ValueError, match=r"episode callbacks \['on_episode_end'\]"):
+            runner.sample_columns()
+    finally:
+        runner.stop()
 
 
 def _grouped_env(wrapped: bool = False):
