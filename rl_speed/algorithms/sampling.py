@@ -192,6 +192,11 @@ class ColumnSampler:
                 self._sample_remote, tag=self.TAG, timeout_seconds=0.02))
         if not self.streaming:
             results, self._early = results[:wanted], results[wanted:]
+        # A fetch sends each runner it took from one new request, so a runner that handed over two batches at once
+        # holds one; top every runner up to max_requests_in_flight_per_env_runner, so none idles while the driver
+        # waits for the learner (each call sends one more request to each runner below the cap).
+        for _ in range(max(0, int(self.algo.config.max_requests_in_flight_per_env_runner) - 1)):
+            group.foreach_env_runner_async(self._sample_remote, tag=self.TAG)
         self._in_flight = group.num_in_flight_async_reqs(tag=self.TAG)
         # A shortfall is not a drop: the batches still come, and a later call takes them. A failed runner's lost
         # request shows in RLlib's fault-tolerance metrics.
