@@ -172,7 +172,8 @@ class AtariVectorEnv(VectorEnv):
         obs, game_reward, ale_terminated, ale_truncated, info = self._groups[group].recv()
         lanes = self._lanes(group)
         game_reward = np.asarray(game_reward, np.float32)
-        terminated, truncated = np.asarray(ale_terminated, bool), np.asarray(ale_truncated, bool)
+        ale_terminated = np.asarray(ale_terminated, bool)
+        terminated, truncated = ale_terminated, np.asarray(ale_truncated, bool)
         game_over = terminated | truncated
         rewards = np.sign(game_reward) if self._clip else game_reward.copy()
         if self._life_episodes:
@@ -183,16 +184,16 @@ class AtariVectorEnv(VectorEnv):
             rewards[noop | restart] = 0.0
             # A game that ended in the no-op is over for the judge there, and the episode the no-op began ends at
             # the next step, ale-py's restart (a reset step cannot end an episode).
-            terminated = np.where(noop, False, np.where(restart, self._noop_terminated[lanes], terminated | lost_life))
-            truncated = np.where(noop, False, np.where(restart, ~self._noop_terminated[lanes], truncated))
+            terminated = np.where(restart, self._noop_terminated[lanes], terminated | lost_life) & ~noop
+            truncated = np.where(restart, ~self._noop_terminated[lanes], truncated) & ~noop
             game_reward[restart] = 0.0  # the restart step belongs to no game
             game_over = game_over & ~restart
             self._ended_in_noop[lanes] = noop & game_over
-            self._noop_terminated[lanes] = noop & np.asarray(ale_terminated, bool)
+            self._noop_terminated[lanes] = noop & ale_terminated
             self._continuing[lanes] = lost_life | restart
             self._lives[lanes] = lives
         self._infos[group] = {"game_reward": game_reward, "game_over": game_over}
-        return _channels_last(obs), rewards.astype(np.float32), terminated, truncated
+        return _channels_last(obs), rewards, terminated, truncated  # float32, as ale-py's rewards
 
     def _lanes(self, group: int) -> slice:
         return slice(group * self.group_size, (group + 1) * self.group_size)
