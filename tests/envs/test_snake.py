@@ -35,7 +35,7 @@ def _assert_same_obs(a, b, where):
 
 @pytest.mark.parametrize("kwargs", CONFIGS)
 def test_vector_env_matches_scalar_envs_in_lockstep(kwargs):
-    n, steps = 12, 3000
+    n, steps = 12, 1000
     vec = SnakeVectorEnv(num_envs=n, **kwargs)
     scalars = [SnakeEnv(**kwargs) for _ in range(n)]
     vec_obs, _ = vec.reset(seed=100)
