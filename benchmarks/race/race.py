@@ -155,7 +155,7 @@ def standardization_ablation(repeats: int = 10, task_name: str = "CartPole-v1", 
 
 
 def run(repeats: int = 5, tasks: tuple[str, ...] = ("CartPole-v1", "Acrobot-v1", "rl_speed/Snake-v0"),
-        max_seconds: float = 150.0, families: tuple[str, ...] = ("ppo", "dqn"), charts: str | None = "results/bench") -> str:
+        max_seconds: float = 150.0, families: tuple[str, ...] = ("ppo", "dqn"), charts: str | None = "runs") -> str:
     import ray
     import torch
 

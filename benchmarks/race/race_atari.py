@@ -321,7 +321,7 @@ def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], see
 
 
 def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
-        directory: str = "results/bench/race_atari", charts: str | None = "results/bench",
+        directory: str = "runs/race_atari", charts: str | None = "runs",
         contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong",
         missing_only: bool = False, evaluate_games: int = 0) -> str:
     """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("contender", choices=CONTENDERS)
     one.add_argument("--seed", type=int, default=0)
     one.add_argument("--seconds", type=float, default=600.0)
-    one.add_argument("--dir", default="results/bench/race_atari")
+    one.add_argument("--dir", default="runs/race_atari")
     one.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     one.add_argument("--game", choices=list(GAMES), default="pong")
     one.add_argument("--config", type=json.loads, default=None,
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     race.add_argument("--first-seed", type=int, default=0)
     race.add_argument("--repeats", type=int, default=1, help="seeds first-seed .. first-seed + repeats - 1")
     race.add_argument("--seconds", type=float, default=600.0)
-    race.add_argument("--dir", default="results/bench/race_atari")
+    race.add_argument("--dir", default="runs/race_atari")
     race.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     race.add_argument("--charts", default=None)
     race.add_argument("--game", choices=list(GAMES), default="pong")
