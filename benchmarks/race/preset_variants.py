@@ -22,17 +22,24 @@ from typing import Any
 from benchmarks.common import machine, median_of, timed_run, usable_cpus
 
 
-def variant_config(path: str | Path, changes: dict) -> Any:
-    """The experiment's config (the file must hold one experiment) with ``changes`` applied as RLlib config keys;
-    an unknown key is refused by the experiment loader, before anything starts."""
+def variant_config(path: str | Path, changes: dict, experiment: str | None = None) -> Any:
+    """The config of the file's experiment named ``experiment`` (may be left out where the file holds one) with
+    ``changes`` applied as RLlib config keys; an unknown key is refused by the experiment loader, and a missing or
+    unknown experiment name here, before anything starts."""
     from rl_speed.experiments import load_experiments
 
-    (experiment,) = load_experiments(Path(path), config_override=changes)
-    return experiment.config
+    experiments = {e.name: e for e in load_experiments(Path(path), config_override=changes)}
+    if experiment is None and len(experiments) > 1:
+        raise ValueError(f"preset_variants: {path} holds the experiments {sorted(experiments)}; name one with "
+                         "--experiment NAME.")
+    if experiment is not None and experiment not in experiments:
+        raise ValueError(f"preset_variants: {path} has no experiment {experiment!r}; it holds "
+                         f"{sorted(experiments)}.")
+    return experiments[experiment or next(iter(experiments))].config
 
 
 def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: float = 55.0, warmup: int = 2,
-        num_cpus: int | None = None, num_gpus: int = 0) -> str:
+        num_cpus: int | None = None, num_gpus: int = 0, experiment: str | None = None) -> str:
     """The table of every run in ``order`` (names of ``variants``), one row each."""
     import ray
 
@@ -42,7 +49,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
     if unknown:
         raise ValueError(f"preset_variants: {unknown} in the order are not among the variants {sorted(variants)}.")
     rl_speed.register()
-    configs = {name: variant_config(path, changes) for name, changes in variants.items()}  # bad keys fail here
+    # bad keys and experiment names fail here, before Ray starts
+    configs = {name: variant_config(path, changes, experiment) for name, changes in variants.items()}
     started = not ray.is_initialized()  # a caller's Ray (a test session's) is used and left running
     if started:
         ray.init(address="local", num_cpus=num_cpus or usable_cpus(), num_gpus=num_gpus, include_dashboard=False,
@@ -63,8 +71,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         if started:
             ray.shutdown()
     return "\n".join([
-        f"`{Path(path).name}` variants, interleaved · machine: {machine()} · each run over {seconds:.0f} s after "
-        f"{warmup} warm-up iterations",
+        f"`{Path(path).name}`{f' ({experiment})' if experiment else ''} variants, interleaved · machine: {machine()} "
+        f"· each run over {seconds:.0f} s after {warmup} warm-up iterations",
         "",
         *[f"- {name}: `{json.dumps(changes)}`" for name, changes in variants.items()],
         "",
@@ -78,7 +86,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.race.preset_variants",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("file", help="a tuned example YAML holding one experiment")
+    parser.add_argument("file", help="a tuned example YAML")
+    parser.add_argument("--experiment", help="the experiment to vary, where the file holds several")
     parser.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "JSON"), required=True,
                         help="a variant: its name and the config keys it changes, as JSON ('{}' for none)")
     parser.add_argument("--order", required=True, help="variant names in run order, comma-separated (A,B,A,B)")
@@ -93,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variant: the changes must be a JSON object: {e}")
     if not all(isinstance(changes, dict) for changes in variants.values()):
         parser.error("--variant: the changes must be a JSON object, e.g. '{\"lr\": 0.001}'")
-    print(run(args.file, variants, args.order.split(","), args.seconds, args.warmup, args.num_cpus, args.num_gpus))
+    print(run(args.file, variants, args.order.split(","), args.seconds, args.warmup, args.num_cpus, args.num_gpus,
+              args.experiment))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.race.preset_variants import main, run
+from benchmarks.race.preset_variants import main, run, variant_config
 from rl_speed.experiments import ExperimentFileError
 
 EXPERIMENT = """\
@@ -45,6 +45,18 @@ def test_variants_run_interleaved_one_row_each(ray_session, experiment):
 def test_an_unknown_config_key_is_refused_before_ray_starts(experiment):
     with pytest.raises(ExperimentFileError, match="not_a_key"):
         run(experiment, {"A": {"not_a_key": 1}}, ["A"])
+
+
+def test_a_file_of_several_experiments_needs_one_named_and_an_existing_name(tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text(EXPERIMENT + EXPERIMENT.replace("cartpole-fastppo:", "cartpole-big:").replace("1024", "2048"))
+    with pytest.raises(ValueError, match=r"holds the experiments \['cartpole-big', 'cartpole-fastppo'\]; name one "
+                                         "with --experiment NAME"):
+        run(path, {"A": {}}, ["A"])
+    with pytest.raises(ValueError, match=r"has no experiment 'pong'; it holds \['cartpole-big', 'cartpole-fastppo'\]"):
+        run(path, {"A": {}}, ["A"], experiment="pong")
+    assert variant_config(path, {}, "cartpole-big").train_batch_size_per_learner == 2048
+    assert variant_config(path, {"lr": 0.01}, "cartpole-fastppo").lr == 0.01
 
 
 def test_an_order_naming_no_variant_is_refused(experiment):
