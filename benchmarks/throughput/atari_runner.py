@@ -7,7 +7,9 @@ actions are computed, :mod:`rl_speed.env_runners.overlapped`).
 Per runner step of all lanes, in milliseconds: the time blocked in the emulators (``env.step``, or waiting for a lane
 group), the module's forward and action sampling (RLlib's ``rlmodule_inference_timer`` as the runner logs it), and
 the rest of ``sample_columns()`` (column writes, episode bookkeeping, metrics), plus the runner's env steps/s and the
-rate its emulators and its inference alone would allow one after the other. ``--repeats`` rounds of ``CALLS`` calls
+rate its emulators and its inference alone would allow one after the other. Beside them, ale-py's own vector env with
+the same settings stepped alone with random actions, in rounds between the runners': what rl_speed's env adds to the
+emulators is the difference from the one-group runner's time in them. ``--repeats`` rounds of ``CALLS`` calls
 after one warm-up call, the two runners' rounds alternating; medians. A cProfile of the plain runner's last round
 lists the biggest costs outside the emulators and the forward.
 
@@ -41,6 +43,29 @@ def _runner(lanes: int, game: str = "pong", lane_groups: int = 1):
     return BatchedEnvRunner(config=config)
 
 
+def _ale_alone(runner):
+    """A function that steps ale-py's own vector env (a second one with the runner's settings: the lane group that
+    rl_speed's env wraps) ``steps`` times with random actions and returns ms per step: the emulators' cost without
+    rl_speed's env, runner or module."""
+    import numpy as np
+
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    env = runner.env.unwrapped if hasattr(runner.env, "unwrapped") else runner.env
+    ale = AtariVectorEnv(env.num_envs, **{**runner.config.env_config, "lane_groups": 1})._groups[0]
+    ale.reset(seed=0)
+    rng = np.random.default_rng(0)
+
+    def step(steps: int) -> float:
+        actions = rng.integers(0, ale.single_action_space.n, (steps, env.num_envs))
+        start = time.perf_counter()
+        for a in actions:
+            ale.step(a)
+        return 1e3 * (time.perf_counter() - start) / steps
+
+    return step
+
+
 def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2)) -> dict[int, dict]:
     """Per lane-group count: medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls (the runners'
     rounds alternating): ms per runner step (all lanes) blocked in the emulators, in inference and in the rest; env
@@ -48,6 +73,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
     from rl_speed.env_runners import stepping
 
     runners = {k: _runner(lanes, lane_groups=k) for k in groups}
+    ale = _ale_alone(runners[groups[0]])
     seconds = []  # (env, inference) seconds of each call, as the runner times them for RLlib's step timers
     logged = stepping.log_step_timers
 
@@ -60,6 +86,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
         for runner in runners.values():
             runner.sample_columns()  # warm-up: resets, first forward
         rounds: dict[int, list[dict]] = {k: [] for k in groups}
+        ale_rounds: list[float] = []
         profile = cProfile.Profile()
         for r in range(repeats):
             for k, runner in runners.items():
@@ -77,10 +104,13 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
                 env_s, infer_s = (sum(x) for x in zip(*seconds))
                 rounds[k].append({"total_ms": 1e3 * total / steps, "env_ms": 1e3 * env_s / steps,
                                   "inference_ms": 1e3 * infer_s / steps, "rate": steps * lanes / total})
+            ale_rounds.append(ale(steps))
         out = {}
         for k in groups:
             out[k] = {key: statistics.median(r[key] for r in rounds[k]) for key in rounds[k][0]}
             out[k]["rest_ms"] = out[k]["total_ms"] - out[k]["env_ms"] - out[k]["inference_ms"]
+        for k in groups:  # one figure for all rows: the emulators alone, the same lanes
+            out[k]["ale_ms"] = statistics.median(ale_rounds)
         if 1 in out:
             text = io.StringIO()
             pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
@@ -99,8 +129,9 @@ def run(repeats: int = 3, lanes: tuple[int, ...] = (16,)) -> str:
         plain = by_groups[1]["rate"]
         for k, m in by_groups.items():
             alone = 1e3 * n / (m["env_ms"] + m["inference_ms"])
-            rows.append(f"| {k} | {n} | {m['total_ms']:.2f} | {m['env_ms']:.2f} | {m['inference_ms']:.2f} | "
-                        f"{m['rest_ms']:.2f} | {m['rate']:,.0f} | {m['rate'] / plain:.2f}x | {alone:,.0f} |")
+            rows.append(f"| {k} | {n} | {m['total_ms']:.2f} | {m['env_ms']:.2f} | {m['ale_ms']:.2f} | "
+                        f"{m['inference_ms']:.2f} | {m['rest_ms']:.2f} | {m['rate']:,.0f} | {m['rate'] / plain:.2f}x | "
+                        f"{alone:,.0f} |")
         profiles.append(f"cProfile, {n} lanes, one group (top 12 by own time):\n\n```\n"
                         f"{by_groups[1]['profile'].strip()}\n```")
     return "\n".join([
@@ -109,7 +140,7 @@ def run(repeats: int = 3, lanes: tuple[int, ...] = (16,)) -> str:
         f"{time.strftime('%Y-%m-%d')} · one BatchedEnvRunner per row in this process, torch threads 1, ale-py threads 1 "
         f"per lane group, Nature CNN on the CPU, 32-step rollouts, {CALLS} calls per round, median of {repeats} "
         "rounds, the rows' rounds alternating.", "",
-        "| lane groups | lanes | ms per runner step | emulators (blocked) | inference | rest | env steps/s | vs one group "
-        "| emulators + inference one after the other |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, "", *profiles,
+        "| lane groups | lanes | ms per runner step | emulators (blocked) | ale-py's vector env alone | inference | rest "
+        "| env steps/s | vs one group | emulators + inference one after the other |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, "", *profiles,
     ])
