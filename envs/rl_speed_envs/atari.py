@@ -146,9 +146,9 @@ class AtariVectorEnv(VectorEnv):
             group_obs, info = group.reset(seed=None if seed is None else seed + g * self.group_size)
             obs.append(group_obs)
             lives.append(info["lives"])
-        self._lives[:] = np.concatenate(lives)
+        self._lives[:] = _join(lives)
         self._continuing[:] = self._ended_in_noop[:] = self._noop_terminated[:] = False
-        return _channels_last(np.concatenate(obs)), {}
+        return _channels_last(_join(obs)), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         actions = np.asarray(actions, np.int64).reshape(self.num_envs)
@@ -156,8 +156,8 @@ class AtariVectorEnv(VectorEnv):
         for g in range(self.lane_groups):
             self.send_group(g, actions[g * size:(g + 1) * size])
         parts = [self.recv_group(g) for g in range(self.lane_groups)]
-        info = {key: np.concatenate([i[key] for i in self._infos]) for key in ("game_reward", "game_over")}
-        return (*(column[0] if len(column) == 1 else np.concatenate(column) for column in zip(*parts)), info)
+        info = {key: _join([i[key] for i in self._infos]) for key in ("game_reward", "game_over")}
+        return (*(_join(column) for column in zip(*parts)), info)
 
     def send_group(self, group: int, actions: Any) -> None:
         """Starts one step of lane group ``group`` (its ``group_size`` actions); returns without waiting."""
@@ -226,6 +226,11 @@ class AtariEnv(gym.Env):
 
     def close(self) -> None:
         self._vector.close()
+
+
+def _join(parts: list | tuple) -> np.ndarray:
+    """The lane groups' arrays as one, in lane order; a single group's array as it is (no copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _channels_last(obs: np.ndarray) -> np.ndarray:
