@@ -44,36 +44,32 @@ def _runner(lanes: int, game: str = "pong", lane_groups: int = 1):
 
 
 def _ale_alone(runner):
-    """A function that steps ale-py's own vector env (a second one with the runner's settings: the lane group that
-    rl_speed's env wraps) ``steps`` times with random actions and returns ms per step: the emulators' cost without
-    rl_speed's env, runner or module."""
-    import numpy as np
-
+    """ale-py's own vector env with the runner's settings (the lane group rl_speed's env wraps), a second one, to be
+    stepped alone: the emulators' cost without rl_speed's env, runner or module."""
     from rl_speed_envs.atari import AtariVectorEnv
 
-    env = runner.env.unwrapped if hasattr(runner.env, "unwrapped") else runner.env
-    ale = AtariVectorEnv(env.num_envs, **{**runner.config.env_config, "lane_groups": 1})._groups[0]
-    ale.reset(seed=0)
-    rng = np.random.default_rng(0)
+    return AtariVectorEnv(runner.num_envs, **{**runner.config.env_config, "lane_groups": 1})._groups[0]
 
-    def step(steps: int) -> float:
-        actions = rng.integers(0, ale.single_action_space.n, (steps, env.num_envs))
-        start = time.perf_counter()
-        for a in actions:
-            ale.step(a)
-        return 1e3 * (time.perf_counter() - start) / steps
 
-    return step
+def _ms_per_step(env, steps: int, rng) -> float:
+    """``steps`` steps of ``env`` with random actions, in ms per step."""
+    actions = rng.integers(0, env.single_action_space.n, (steps, env.num_envs))
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    return 1e3 * (time.perf_counter() - start) / steps
 
 
 def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2)) -> dict[int, dict]:
     """Per lane-group count: medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls (the runners'
     rounds alternating): ms per runner step (all lanes) blocked in the emulators, in inference and in the rest; env
     steps/s; and for one group, a cProfile of its last round."""
+    import numpy as np
+
     from rl_speed.env_runners import stepping
 
     runners = {k: _runner(lanes, lane_groups=k) for k in groups}
-    ale = _ale_alone(runners[groups[0]])
+    ale, rng = _ale_alone(runners[groups[0]]), np.random.default_rng(0)
     seconds = []  # (env, inference) seconds of each call, as the runner times them for RLlib's step timers
     logged = stepping.log_step_timers
 
@@ -85,6 +81,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
     try:
         for runner in runners.values():
             runner.sample_columns()  # warm-up: resets, first forward
+        ale.reset(seed=0)
         rounds: dict[int, list[dict]] = {k: [] for k in groups}
         ale_rounds: list[float] = []
         profile = cProfile.Profile()
@@ -104,13 +101,12 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
                 env_s, infer_s = (sum(x) for x in zip(*seconds))
                 rounds[k].append({"total_ms": 1e3 * total / steps, "env_ms": 1e3 * env_s / steps,
                                   "inference_ms": 1e3 * infer_s / steps, "rate": steps * lanes / total})
-            ale_rounds.append(ale(steps))
+            ale_rounds.append(_ms_per_step(ale, steps, rng))  # as many steps as each runner's round
         out = {}
         for k in groups:
             out[k] = {key: statistics.median(r[key] for r in rounds[k]) for key in rounds[k][0]}
             out[k]["rest_ms"] = out[k]["total_ms"] - out[k]["env_ms"] - out[k]["inference_ms"]
-        for k in groups:  # one figure for all rows: the emulators alone, the same lanes
-            out[k]["ale_ms"] = statistics.median(ale_rounds)
+            out[k]["ale_ms"] = statistics.median(ale_rounds)  # one figure for every row: the same lanes, alone
         if 1 in out:
             text = io.StringIO()
             pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
@@ -118,6 +114,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
         return out
     finally:
         stepping.log_step_timers = logged
+        ale.close()
         for runner in runners.values():
             runner.stop()
 
