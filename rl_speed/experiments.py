@@ -181,7 +181,9 @@ def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_o
     algo_config = _algorithm_config(source, name, algo_class, config)
     if env in registry.ENVIRONMENTS:
         try:
-            registry.check_env_config(env, dict(algo_config.env_config))
+            vector = str(algo_config.gym_env_vectorize_mode).lower().endswith("vector_entry_point")
+            registry.check_env_config(env, dict(algo_config.env_config),
+                                      algo_config.num_envs_per_env_runner if vector else None)
         except (ValueError, TypeError) as e:
             raise ExperimentFileError(source, f"{name}.config.env_config", str(e),
                                       f"see the Arguments section of {env}'s docstring.") from None

@@ -80,10 +80,16 @@ def check_env_keys(env_id: str, env_config: dict) -> None:
             raise ValueError(f"`env_config` key {key!r} is not an argument of {env_id}; accepted: {', '.join(accepted)}.")
 
 
-def check_env_config(env_id: str, env_config: dict) -> None:
-    """Raises ``ValueError`` naming the bad key or value if ``env_config`` does not fit an rl_speed env."""
+def check_env_config(env_id: str, env_config: dict, num_envs: int | None = None) -> None:
+    """Raises ``ValueError`` naming the bad key or value if ``env_config`` does not fit an rl_speed env; with
+    ``num_envs`` (the runners build the native vector form of that many lanes), as that vector form sees it."""
     check_env_keys(env_id, env_config)
-    _load(ENVIRONMENTS[env_id][0])(**env_config).close()  # the env's own validation names bad values
+    scalar_path, vector_path = ENVIRONMENTS[env_id]
+    settings = dict(env_config)
+    check_lanes = getattr(_load(vector_path), "check_lanes", None) if num_envs and vector_path else None
+    if check_lanes is not None:  # settings that need several lanes (Atari's lane_groups), checked for num_envs
+        settings = check_lanes(num_envs, settings)
+    _load(scalar_path)(**settings).close()  # the env's own validation names bad values
 
 
 def check_env_installed(env: Any) -> None:

@@ -92,10 +92,24 @@ def check_config(settings: dict) -> dict:
     return cfg
 
 
+def _check_lane_groups(num_envs: int, groups: int) -> None:
+    if num_envs % groups:
+        raise ValueError(f"Atari: `lane_groups`={groups} must divide the {num_envs} envs of a runner "
+                         "(num_envs_per_env_runner) into equal groups.")
+
+
 class AtariVectorEnv(VectorEnv):
     """``num_envs`` emulators of one game (see the module docstring)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    @staticmethod
+    def check_lanes(num_envs: int, settings: dict) -> dict:
+        """Checks, without building anything, what depends on a runner's ``num_envs`` (``lane_groups``); returns
+        the settings whose rest one emulator can check (:func:`rl_speed.registry.check_env_config`), where building
+        ``num_envs`` emulators at configuration time would take about 0.1 s each."""
+        _check_lane_groups(int(num_envs), check_config(settings)["lane_groups"])
+        return {key: value for key, value in settings.items() if key != "lane_groups"}
 
     def __init__(self, num_envs: int = 1, **config: Any) -> None:
         check_installed()
@@ -104,9 +118,7 @@ class AtariVectorEnv(VectorEnv):
         cfg = check_config(config)
         game = rom_name(cfg["game"])
         groups = cfg["lane_groups"]
-        if int(num_envs) % groups:
-            raise ValueError(f"Atari: `lane_groups`={groups} must divide the {num_envs} envs of a runner "
-                             "(num_envs_per_env_runner) into equal groups.")
+        _check_lane_groups(int(num_envs), groups)
         size = int(num_envs) // groups
         self._groups = []
         try:
@@ -210,6 +222,10 @@ class AtariEnv(gym.Env):
     check_installed = staticmethod(check_installed)
 
     def __init__(self, **config: Any) -> None:
+        if check_config(config)["lane_groups"] != 1:
+            raise ValueError(f"Atari: `lane_groups`={config['lane_groups']} splits the emulators of rl_speed's vector "
+                             "env (FastPPO, FastDQN); this one-emulator form (stock RLlib's env runners, evaluation "
+                             "with RLlib's sample()) has one lane. Remove `lane_groups` or run FastPPO / FastDQN.")
         self._vector = AtariVectorEnv(1, **config)
         self.observation_space = self._vector.single_observation_space
         self.action_space = self._vector.single_action_space

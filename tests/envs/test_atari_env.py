@@ -103,6 +103,25 @@ def test_lane_groups_step_apart_and_together_like_one_vector_env():
         check_config({"lane_groups": 0})
 
 
+def test_an_experiment_file_checks_lane_groups_against_its_runners_lanes(tmp_path):
+    """``lane_groups`` is checked for ``num_envs_per_env_runner`` lanes (the vector form FastPPO's runners build),
+    without building them; stock PPO's one-emulator envs cannot split, so there it is refused."""
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from rl_speed.experiments import ExperimentFileError, load_experiments
+
+    def experiment(run: str, lanes: int, groups: int):
+        path = tmp_path / f"{run}-{lanes}-{groups}.yaml"
+        path.write_text(f"x:\n  run: {run}\n  env: rl_speed/Atari-v0\n  config:\n    num_envs_per_env_runner: {lanes}\n"
+                        f"    env_config: {{game: pong, lane_groups: {groups}}}\n")
+        return load_experiments(path)[0]
+
+    assert experiment("FastPPO", 4, 2).config.env_config["lane_groups"] == 2
+    with pytest.raises(ExperimentFileError, match=r"x\.config\.env_config.*`lane_groups`=3 must divide the 4 envs"):
+        experiment("FastPPO", 4, 3)
+    with pytest.raises(ExperimentFileError, match=r"`lane_groups`=2 splits .* one-emulator form .* Remove"):
+        experiment("PPO", 4, 2)
+
+
 def _plain_breakout(num_envs: int, **config):
     """ale-py's own vector env with rl_speed's settings and unclipped rewards: the reference a test replays."""
     import ale_py
