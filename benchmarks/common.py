@@ -117,7 +117,8 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
               before: Callable[[Any], Any] | None = None) -> dict:
     """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
     (RLlib's agent-step keys, so a multi-agent env step counts its agents), each iteration's ``rl_speed_profile`` and
-    wall time, each iteration's ``sampler`` counters, and the finite ``episode_return_mean`` values seen.
+    wall time, each iteration's ``sampler`` counters with the runners' step timers (:func:`_runner_timers`), and the
+    finite ``episode_return_mean`` values seen.
     ``before(algo)``, if given, runs once the algorithm is built, before the warm-up; ``after(algo)`` after the timed
     iterations (outside the timing). Their values are ``"before"`` and ``"after"``."""
     import numpy as np
@@ -136,7 +137,7 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
             if value is not None and np.isfinite(value):
                 returns.append(float(value))
             profiles.append(result.get("rl_speed_profile", {}))
-            samplers.append(result.get("sampler", {}))
+            samplers.append({**result.get("sampler", {}), **_runner_timers(result["env_runners"])})
         elapsed = time.perf_counter() - start
         steps = agent_steps(result) - start_steps
         return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "samplers": samplers,
@@ -144,6 +145,14 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
                 "before": prepared, "after": after(algo) if after is not None else None}
     finally:
         algo.stop()
+
+
+def _runner_timers(env_runners: dict) -> dict:
+    """RLlib's per-step runner timers (``env_step_timer``, ``rlmodule_inference_timer``: seconds per step of all of a
+    runner's lanes, averaged over the runners) of one iteration's results, where the runners logged them."""
+    from ray.rllib.utils.metrics import ENV_STEP_TIMER, RLMODULE_INFERENCE_TIMER
+
+    return {key: float(env_runners[key]) for key in (ENV_STEP_TIMER, RLMODULE_INFERENCE_TIMER) if key in env_runners}
 
 
 def remote_values(results: Any) -> list:

@@ -8,7 +8,9 @@ same machine in one run rather than against a figure from another box.
         --variant B '{"max_requests_in_flight_per_env_runner": 2}' --order A,B,A,B --seconds 55 --num-gpus 1
 
 Per run: agent steps/s; the driver's median wait for batches and learner time (``rl_speed_profile``); the runners'
-fastest and slowest batch (``sampler/sample_s_min`` / ``_max``), requests in flight and weights lag (medians).
+fastest and slowest batch (``sampler/sample_s_min`` / ``_max``), the milliseconds a runner's step of all its lanes
+spends in the env and in the module's forward (RLlib's ``env_step_timer`` / ``rlmodule_inference_timer``, the
+runners' mean), requests in flight and weights lag (medians).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
                 f"| {name} | {result['rate']:,.0f} | {median_of(profiles, 'sample_s'):.3f} s | "
                 f"{median_of(profiles, 'learn_s') + median_of(profiles, 'advantages_s'):.3f} s | "
                 f"{median_of(samplers, 'sample_s_min'):.2f}-{median_of(samplers, 'sample_s_max'):.2f} s | "
+                f"{1e3 * median_of(samplers, 'env_step_timer'):.2f} / "
+                f"{1e3 * median_of(samplers, 'rlmodule_inference_timer'):.2f} ms | "
                 f"{median_of(samplers, 'requests_in_flight'):.0f} | {median_of(samplers, 'weights_lag_max'):.0f} | "
                 f"{result['iterations']} |")
             print(rows[-1], file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps the rows made
@@ -77,8 +81,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         *[f"- {name}: `{json.dumps(changes)}`" for name, changes in variants.items()],
         "",
         "| variant | agent steps/s | driver waits for batches | learner time | runner batch (fastest-slowest) | "
-        "requests in flight | weights lag | iterations |",
-        "|---|---:|---:|---:|---|---:|---:|---:|",
+        "runner step: env / inference | requests in flight | weights lag | iterations |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
         *rows,
     ])
 

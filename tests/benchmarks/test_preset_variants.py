@@ -35,10 +35,13 @@ def test_variants_run_interleaved_one_row_each(ray_session, experiment):
                 seconds=1.0, warmup=1)
     rows = [line for line in table.splitlines() if line.startswith("| A |") or line.startswith("| B |")]
     assert [row.split("|")[1].strip() for row in rows] == ["A", "B", "A"]
-    in_flight = [float(row.split("|")[6]) for row in rows]
+    in_flight = [float(row.split("|")[7]) for row in rows]
     # Two remote runners holding one request each, then more: each run's config took effect.
     assert in_flight[0] == in_flight[2] == 2 and in_flight[1] > 2, in_flight
     assert all(float(row.split("|")[2].replace(",", "")) > 0 for row in rows)
+    # the runners' own step split, RLlib's env_step_timer / rlmodule_inference_timer, in ms
+    env_ms, inference_ms = zip(*(map(float, row.split("|")[6].replace("ms", "").split("/")) for row in rows))
+    assert all(0 < ms < 1e3 for ms in env_ms + inference_ms), (env_ms, inference_ms)
     assert '- B: `{"max_requests_in_flight_per_env_runner": 2}`' in table
 
 
