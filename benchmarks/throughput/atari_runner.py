@@ -13,8 +13,9 @@ emulators is the difference from the one-group runner's time in them. ``--repeat
 after one warm-up call, the two runners' rounds alternating; medians. A cProfile of the plain runner's last round
 lists the biggest costs outside the emulators and the forward.
 
-Run: ``rl-speed bench atari-runner`` (the [atari] extra); on a GPU box as on a laptop: the runner is CPU-only. The
-overlap needs a second core for the emulators' thread, as a runner with one CPU of its own does not have.
+Run: ``rl-speed bench atari-runner`` (the [atari] extra): the forward on the CPU; ``--device cuda``: on the GPU, as
+the GPU preset's runners have it (``num_gpus_per_env_runner``). The overlap needs a second core for the emulators'
+thread, as a runner with one CPU of its own does not have.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from benchmarks.common import machine
 CALLS = 10
 
 
-def _runner(lanes: int, game: str = "pong", lane_groups: int = 1):
+def _runner(lanes: int, game: str = "pong", lane_groups: int = 1, device: str = "cpu"):
     import torch
 
     from benchmarks.throughput.atari import preset
@@ -40,6 +41,9 @@ def _runner(lanes: int, game: str = "pong", lane_groups: int = 1):
     _, config = preset("PPO", device="cpu", cpus=2, game=game)
     config.env_runners(num_env_runners=0, num_envs_per_env_runner=lanes).learners(num_gpus_per_learner=0)
     config.environment(env_config={**config.env_config, "lane_groups": lane_groups})
+    if device == "cuda":  # the preset's GPU share; RLlib gives a runner of index > 0 its GPU (index 0 is the driver's)
+        config.env_runners(num_gpus_per_env_runner=0.05)
+        return BatchedEnvRunner(config=config, worker_index=1)
     return BatchedEnvRunner(config=config)
 
 
@@ -60,7 +64,7 @@ def _ms_per_step(env, steps: int, rng) -> float:
     return 1e3 * (time.perf_counter() - start) / steps
 
 
-def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2)) -> dict[int, dict]:
+def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2), device: str = "cpu") -> dict[int, dict]:
     """Per lane-group count: medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls (the runners'
     rounds alternating): ms per runner step (all lanes) blocked in the emulators, in inference and in the rest; env
     steps/s; and for one group, a cProfile of its last round."""
@@ -68,7 +72,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
 
     from rl_speed.env_runners import stepping
 
-    runners = {k: _runner(lanes, lane_groups=k) for k in groups}
+    runners = {k: _runner(lanes, lane_groups=k, device=device) for k in groups}
     ale, rng = _ale_alone(runners[groups[0]]), np.random.default_rng(0)
     seconds = []  # (env, inference) seconds of each call, as the runner times them for RLlib's step timers
     logged = stepping.log_step_timers
@@ -119,10 +123,16 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2))
             runner.stop()
 
 
-def run(repeats: int = 3, lanes: tuple[int, ...] = (16,)) -> str:
+def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu") -> str:
+    """``device``: where the runners' forward runs (``cuda``: the GPU preset's runner, its forward on the GPU)."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("atari-runner --device cuda: this machine has no CUDA GPU torch can use; leave --device "
+                         "out to time the runner with its forward on the CPU.")
     rows, profiles = [], []
     for n in lanes:
-        by_groups = measure(n, repeats)
+        by_groups = measure(n, repeats, device=device)
         plain = by_groups[1]["rate"]
         for k, m in by_groups.items():
             alone = 1e3 * n / (m["env_ms"] + m["inference_ms"])
@@ -133,9 +143,10 @@ def run(repeats: int = 3, lanes: tuple[int, ...] = (16,)) -> str:
                         f"{by_groups[1]['profile'].strip()}\n```")
     return "\n".join([
         "### One Atari env runner: where its time goes (Pong, the GPU preset's runner)", "",
-        f"Command: `rl-speed bench atari-runner --repeats {repeats}` · machine: {machine()} · date: "
-        f"{time.strftime('%Y-%m-%d')} · one BatchedEnvRunner per row in this process, torch threads 1, ale-py threads 1 "
-        f"per lane group, Nature CNN on the CPU, 32-step rollouts, {CALLS} calls per round, median of {repeats} "
+        f"Command: `rl-speed bench atari-runner --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}` · "
+        f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · one BatchedEnvRunner per row in this process, "
+        "torch threads 1, ale-py threads 1 per lane group, Nature CNN on the "
+        f"{'GPU' if device == 'cuda' else 'CPU'}, 32-step rollouts, {CALLS} calls per round, median of {repeats} "
         "rounds, the rows' rounds alternating.", "",
         "| lane groups | lanes | ms per runner step | emulators (blocked) | ale-py's vector env alone | inference | rest "
         "| env steps/s | vs one group | emulators + inference one after the other |",
