@@ -97,9 +97,9 @@ def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any =
             # A module that samples its own actions (e.g. autoregressive ones) gives PPO's log-probs and
             # distribution inputs with them, as RLlib's GetActions connector then passes them on.
             if explore and RLlibColumns.ACTION_LOGP in out:
-                extra[C.ACTION_LOGP] = out[RLlibColumns.ACTION_LOGP].float().cpu().numpy()
+                extra[C.ACTION_LOGP] = out[RLlibColumns.ACTION_LOGP].float()
                 if RLlibColumns.ACTION_DIST_INPUTS in out:
-                    extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float().cpu().numpy()
+                    extra[C.ACTION_DIST_INPUTS] = out[RLlibColumns.ACTION_DIST_INPUTS].float()
         else:
             dist_cls = (module.get_exploration_action_dist_cls() if explore
                         else module.get_inference_action_dist_cls())
@@ -113,12 +113,28 @@ def module_actions(module: Any, obs: Any, explore: bool, t: int, *, state: Any =
                 actions = dist.sample()
                 logp = dist.logp(actions) if explore else None
             if explore:
-                extra[C.ACTION_LOGP] = logp.float().cpu().numpy()
+                extra[C.ACTION_LOGP] = logp.float()
                 # PPO's KL term compares the learner's distribution with the one that acted.
-                extra[C.ACTION_DIST_INPUTS] = logits.float().cpu().numpy()
-    # (A heuristic module, e.g. RLlib's RandomRLModule, may give numpy actions.)
-    return (tree.map_structure(lambda a: a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a), actions),
-            extra, out.get(RLlibColumns.STATE_OUT))
+                extra[C.ACTION_DIST_INPUTS] = logits.float()
+    flat_actions = tree.flatten(actions)
+    host = to_numpy([*flat_actions, *extra.values()])
+    return (tree.unflatten_as(actions, host[:len(flat_actions)]), dict(zip(extra, host[len(flat_actions):])),
+            out.get(RLlibColumns.STATE_OUT))
+
+
+def to_numpy(values: list) -> list[np.ndarray]:
+    """Tensors (and numpy arrays or numbers, e.g. a heuristic module's actions) as numpy arrays. From a GPU, every
+    copy is queued first and then waited for once, on an event that sleeps: a ``.cpu()`` per tensor would wait for
+    the GPU once each (PPO's actions, log-probs and logits: three waits a step), and a default CUDA wait spins, holding
+    a core the emulators of a box's other runners could use while a busy shared GPU answers."""
+    on_gpu = [v for v in values if isinstance(v, torch.Tensor) and v.device.type == "cuda"]
+    if on_gpu:
+        copies = {id(v): v.to("cpu", non_blocking=True) for v in on_gpu}
+        done = torch.cuda.Event(blocking=True)
+        done.record(torch.cuda.current_stream(on_gpu[0].device))  # the stream the forward and the copies ran on
+        done.synchronize()
+        values = [copies.get(id(v), v) for v in values]
+    return [v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for v in values]
 
 
 def sample_categorical(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

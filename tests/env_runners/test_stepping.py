@@ -39,3 +39,20 @@ def test_write_step_fills_one_row_of_every_leaf():
     flat = np.zeros((2, 2))
     write_step(flat, 0, np.array([5.0, 6.0]))
     assert flat.tolist() == [[5, 6], [0, 0]]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (run on a GPU box)"))])
+def test_to_numpy_brings_every_output_back_whatever_it_is(device):
+    """Tensors from the module's device (on a GPU: all copies queued, one wait), numpy arrays and plain numbers."""
+    import torch
+
+    from rl_speed.env_runners.stepping import to_numpy
+
+    logits = torch.arange(12, dtype=torch.float32, device=device).reshape(4, 3) * 0.5
+    actions = logits.argmax(-1)
+    out = to_numpy([actions, torch.log_softmax(logits, -1), np.array([1, 2]), 3])
+    assert [type(x) for x in out] == [np.ndarray] * 4
+    assert out[0].tolist() == [2, 2, 2, 2] and out[0].dtype == np.int64
+    np.testing.assert_allclose(out[1], torch.log_softmax(logits.cpu(), -1).numpy(), rtol=1e-6)
+    assert out[2].tolist() == [1, 2] and out[3] == 3
