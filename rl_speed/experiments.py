@@ -89,9 +89,11 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 
 def load_experiments(path: str | Path, stop_override: dict | None = None,
-                     config_override: dict | None = None, strict: bool = False) -> list[Experiment]:
-    """Parses and validates every experiment in ``path``; flags' dicts are merged over each experiment's. Old keys
-    are translated (each with a notice in ``Experiment.notices``), or refused with ``strict``."""
+                     config_override: dict | None = None, strict: bool = False,
+                     only: list[str] | None = None) -> list[Experiment]:
+    """Parses and validates every experiment in ``path`` (with ``only``: the experiments of those names, in the
+    file's order; the others are not checked); flags' dicts are merged over each experiment's. Old keys are
+    translated (each with a notice in ``Experiment.notices``), or refused with ``strict``."""
     from rl_speed import register
 
     register()
@@ -102,6 +104,12 @@ def load_experiments(path: str | Path, stop_override: dict | None = None,
                                   "start the file with `my-experiment:` and indent `run:`, `env:`, `config:` under it.")
     # Building configs makes RLlib log advice ("You are running PPO on the new API stack!") that would bury our
     # one-paragraph errors; the trial logs it again when it really starts.
+    if only is not None:
+        unknown = [name for name in only if name not in map(str, raw)]
+        if unknown:
+            raise ExperimentFileError(source, None, f"there is no experiment {unknown[0]!r}; the file holds "
+                                      f"{sorted(map(str, raw))}.", "name one of those (--experiment NAME).")
+        raw = {name: spec for name, spec in raw.items() if str(name) in only}
     rllib_logger = logging.getLogger("ray.rllib")
     level = rllib_logger.level
     rllib_logger.setLevel(logging.ERROR)

@@ -30,14 +30,12 @@ def variant_config(path: str | Path, changes: dict, experiment: str | None = Non
     unknown experiment name here, before anything starts."""
     from rl_speed.experiments import load_experiments
 
-    experiments = {e.name: e for e in load_experiments(Path(path), config_override=changes)}
-    if experiment is None and len(experiments) > 1:
-        raise ValueError(f"preset_variants: {path} holds the experiments {sorted(experiments)}; name one with "
-                         "--experiment NAME.")
-    if experiment is not None and experiment not in experiments:
-        raise ValueError(f"preset_variants: {path} has no experiment {experiment!r}; it holds "
-                         f"{sorted(experiments)}.")
-    return experiments[experiment or next(iter(experiments))].config
+    experiments = load_experiments(Path(path), config_override=changes,
+                                   only=None if experiment is None else [experiment])
+    if len(experiments) > 1:
+        raise ValueError(f"preset_variants: {path} holds the experiments {sorted(e.name for e in experiments)}; "
+                         "name one with --experiment NAME.")
+    return experiments[0].config
 
 
 def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: float = 55.0, warmup: int = 2,

@@ -19,6 +19,8 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="run the experiments of a YAML file through Ray Tune")
     train.add_argument("file", help="YAML file: {name: {run, env, stop, config, checkpoint_config}}")
+    train.add_argument("--experiment", action="append", metavar="NAME",
+                       help="run only the file's experiment NAME (repeat for several; default: all of them)")
     train.add_argument("--stop", help="JSON dict merged over each experiment's `stop`, e.g. '{\"time_total_s\": 60}'")
     train.add_argument("--config", help="JSON dict deep-merged over each experiment's `config`")
     train.add_argument("--storage-path", help="where Tune writes results and checkpoints (default ~/ray_results)")
@@ -46,7 +48,8 @@ def build_parser(prog: str = "rl-speed") -> argparse.ArgumentParser:
 def train(args: argparse.Namespace) -> int:
     try:
         experiments = load_experiments(args.file, parse_json_flag("--stop", args.stop),
-                                       parse_json_flag("--config", args.config), strict=args.strict)
+                                       parse_json_flag("--config", args.config), strict=args.strict,
+                                       only=args.experiment)
     except ExperimentFileError as e:
         print(str(e), file=sys.stderr)
         return USAGE_ERROR
@@ -148,7 +151,8 @@ def rllib_main(argv: list[str] | None = None) -> int:
     """``rllib train file FILE.yaml [flags]``: the command Ray removed, for users' muscle memory."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] != ["train", "file"]:
-        print("rl_speed's `rllib` runs YAML experiments only: rllib train file FILE.yaml [--stop JSON] [--config JSON] "
+        print("rl_speed's `rllib` runs YAML experiments only: rllib train file FILE.yaml [--experiment NAME] "
+              "[--stop JSON] [--config JSON] "
               "[--storage-path DIR] [--num-cpus N] [--num-gpus N] [--address ADDR]. See `rl-speed train --help`.",
               file=sys.stderr)
         return USAGE_ERROR

@@ -16,7 +16,7 @@ import torch
 import tree
 
 from ray.rllib.core.columns import Columns as RLlibColumns
-from ray.rllib.models.torch.torch_distributions import TorchCategorical
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.utils.metrics import ENV_STEP_TIMER, RLMODULE_INFERENCE_TIMER
 from ray.rllib.utils.spaces.space_utils import unsquash_action
 

@@ -56,7 +56,8 @@ def test_a_file_of_several_experiments_needs_one_named_and_an_existing_name(tmp_
     with pytest.raises(ValueError, match=r"holds the experiments \['cartpole-big', 'cartpole-fastppo'\]; name one "
                                          "with --experiment NAME"):
         run(path, {"A": {}}, ["A"])
-    with pytest.raises(ValueError, match=r"has no experiment 'pong'; it holds \['cartpole-big', 'cartpole-fastppo'\]"):
+    with pytest.raises(ExperimentFileError, match=r"no experiment 'pong'; the file holds \['cartpole-big', "
+                                                  r"'cartpole-fastppo'\]"):
         run(path, {"A": {}}, ["A"], experiment="pong")
     assert variant_config(path, {}, "cartpole-big").train_batch_size_per_learner == 2048
     assert variant_config(path, {"lr": 0.01}, "cartpole-fastppo").lr == 0.01

@@ -84,3 +84,27 @@ def test_console_scripts_exit_with_status_2():
 def test_rllib_command_only_knows_train_file(capsys):
     assert rllib_main(["rollout", "x"]) == 2
     assert "rllib train file FILE.yaml" in capsys.readouterr().err
+
+
+def test_experiment_flag_picks_experiments_and_refuses_an_unknown_name(tmp_path, capsys, monkeypatch):
+    import rl_speed.cli.train as train_module
+    from rl_speed.experiments import load_experiments
+
+    two = tmp_path / "two.yaml"
+    experiment = "  run: FastPPO\n  env: CartPole-v1\n  stop: {training_iteration: 1}\n"
+    two.write_text(f"first:\n{experiment}second:\n{experiment}broken:\n  run: PPO\n  env: Nope-v9\n")
+    assert [e.name for e in load_experiments(two, only=["second", "first"])] == ["first", "second"]  # file order
+
+    ran = []
+    monkeypatch.setattr(train_module, "init_ray", lambda *args: None)
+    monkeypatch.setattr(train_module, "run_experiments", lambda experiments, *a, **k: ran.extend(experiments) or 0)
+    assert main(["train", str(two), "--experiment", "second"]) == 0
+    assert [e.name for e in ran] == ["second"]  # the broken experiment was neither run nor checked
+
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: (_ for _ in ()).throw(AssertionError("Ray started")))
+    assert main(["train", str(two), "--experiment", "pong"]) == 2
+    err = capsys.readouterr().err
+    assert "there is no experiment 'pong'; the file holds ['broken', 'first', 'second']" in err
+    assert "--experiment NAME" in err

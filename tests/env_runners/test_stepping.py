@@ -12,7 +12,7 @@ def test_categorical_sampling_draws_what_rllibs_distribution_draws():
     """The runners' categorical fast path: the same actions as TorchCategorical's sample() from the same RNG state,
     and its logp()."""
     import torch
-    from ray.rllib.models.torch.torch_distributions import TorchCategorical
+    from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 
     from rl_speed.env_runners.stepping import sample_categorical
 
