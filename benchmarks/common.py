@@ -118,10 +118,13 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
     """Builds ``config``'s algorithm and trains it for ``seconds`` after ``warmup`` iterations: agent steps/s
     (RLlib's agent-step keys, so a multi-agent env step counts its agents), each iteration's ``rl_speed_profile`` and
     wall time, each iteration's ``sampler`` counters with the runners' step timers (:func:`_runner_timers`), and the
-    finite ``episode_return_mean`` values seen.
+    finite ``episode_return_mean`` values seen; ``cores``: the cores busy on average per process group over the timed
+    iterations (:class:`benchmarks.process_cpu.CoresByProcess`).
     ``before(algo)``, if given, runs once the algorithm is built, before the warm-up; ``after(algo)`` after the timed
     iterations (outside the timing). Their values are ``"before"`` and ``"after"``."""
     import numpy as np
+
+    from benchmarks.process_cpu import CoresByProcess
 
     algo = build_with_every_runner(config)
     try:
@@ -129,6 +132,8 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
         for _ in range(warmup):
             result = algo.train()
         start_steps = agent_steps(result)
+        cores = CoresByProcess()
+        cores.start()
         start, returns, profiles, samplers, iteration_s = time.perf_counter(), [], [], [], []
         while (now := time.perf_counter()) - start < seconds:
             result = algo.train()
@@ -139,9 +144,10 @@ def timed_run(config: Any, seconds: float, warmup: int = 2, after: Callable[[Any
             profiles.append(result.get("rl_speed_profile", {}))
             samplers.append({**result.get("sampler", {}), **_runner_timers(result["env_runners"])})
         elapsed = time.perf_counter() - start
+        busy = cores.stop(algo)
         steps = agent_steps(result) - start_steps
         return {"rate": steps / elapsed, "returns": returns, "profiles": profiles, "samplers": samplers,
-                "iteration_s": iteration_s, "iterations": len(profiles),
+                "iteration_s": iteration_s, "iterations": len(profiles), "cores": busy,
                 "before": prepared, "after": after(algo) if after is not None else None}
     finally:
         algo.stop()

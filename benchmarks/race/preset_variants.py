@@ -10,7 +10,8 @@ same machine in one run rather than against a figure from another box.
 Per run: agent steps/s; the driver's median wait for batches and learner time (``rl_speed_profile``); the runners'
 fastest and slowest batch (``sampler/sample_s_min`` / ``_max``), the milliseconds a runner's step of all its lanes
 spends in the env and in the module's forward (RLlib's ``env_step_timer`` / ``rlmodule_inference_timer``, the
-runners' mean), requests in flight and weights lag (medians).
+runners' mean), requests in flight and weights lag (medians); the cores busy on average per process group over the
+timed iterations (:mod:`benchmarks.process_cpu`: on a box whose cores are all busy, which processes use them).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
                 f"{1e3 * median_of(samplers, 'env_step_timer'):.2f} / "
                 f"{1e3 * median_of(samplers, 'rlmodule_inference_timer'):.2f} ms | "
                 f"{median_of(samplers, 'requests_in_flight'):.0f} | {median_of(samplers, 'weights_lag_max'):.0f} | "
-                f"{result['iterations']} |")
+                f"{_cores(result['cores'])} | {result['iterations']} |")
             print(rows[-1], file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps the rows made
     finally:
         if started:
@@ -79,10 +80,18 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         *[f"- {name}: `{json.dumps(changes)}`" for name, changes in variants.items()],
         "",
         "| variant | agent steps/s | driver waits for batches | learner time | runner batch (fastest-slowest) | "
-        "runner step: env / inference | requests in flight | weights lag | iterations |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "runner step: env / inference | requests in flight | weights lag | cores busy: runners / driver / learners / "
+        "Ray / other (all) | iterations |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *rows,
     ])
+
+
+def _cores(busy: dict[str, float]) -> str:
+    if not busy:
+        return "n/a"  # no /proc (not Linux)
+    parts = " / ".join(f"{busy[group]:.1f}" for group in ("runners", "driver", "learners", "Ray", "other"))
+    return f"{parts} ({busy['all']:.1f})"
 
 
 def main(argv: list[str] | None = None) -> int:

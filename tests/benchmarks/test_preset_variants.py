@@ -42,6 +42,11 @@ def test_variants_run_interleaved_one_row_each(ray_session, experiment):
     # the runners' own step split, RLlib's env_step_timer / rlmodule_inference_timer, in ms
     env_ms, inference_ms = zip(*(map(float, row.split("|")[6].replace("ms", "").split("/")) for row in rows))
     assert all(0 < ms < 1e3 for ms in env_ms + inference_ms), (env_ms, inference_ms)
+    # cores busy per process group: the two remote runners and the driver (with its local learner) worked
+    for row in rows:
+        groups, total = row.split("|")[9].split("(")
+        runners, driver, learners, _ray, _other = map(float, groups.split("/"))
+        assert runners > 0 and driver > 0 and learners == 0 and float(total.strip(" )")) > 0, row
     assert '- B: `{"max_requests_in_flight_per_env_runner": 2}`' in table
 
 

@@ -95,13 +95,14 @@ def test_experiment_flag_picks_experiments_and_refuses_an_unknown_name(tmp_path,
     two.write_text(f"first:\n{experiment}second:\n{experiment}broken:\n  run: PPO\n  env: Nope-v9\n")
     assert [e.name for e in load_experiments(two, only=["second", "first"])] == ["first", "second"]  # file order
 
+    import ray
+
     ran = []
     monkeypatch.setattr(train_module, "init_ray", lambda *args: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)  # (train() ends the Ray it started; this one started none)
     monkeypatch.setattr(train_module, "run_experiments", lambda experiments, *a, **k: ran.extend(experiments) or 0)
     assert main(["train", str(two), "--experiment", "second"]) == 0
     assert [e.name for e in ran] == ["second"]  # the broken experiment was neither run nor checked
-
-    import ray
 
     monkeypatch.setattr(ray, "init", lambda *a, **k: (_ for _ in ()).throw(AssertionError("Ray started")))
     assert main(["train", str(two), "--experiment", "pong"]) == 2
