@@ -102,14 +102,14 @@ def load_experiments(path: str | Path, stop_override: dict | None = None,
     if not isinstance(raw, dict) or not raw:
         raise ExperimentFileError(source, None, "the file does not hold a mapping of experiment names to experiments.",
                                   "start the file with `my-experiment:` and indent `run:`, `env:`, `config:` under it.")
-    # Building configs makes RLlib log advice ("You are running PPO on the new API stack!") that would bury our
-    # one-paragraph errors; the trial logs it again when it really starts.
     if only is not None:
         unknown = [name for name in only if name not in map(str, raw)]
         if unknown:
             raise ExperimentFileError(source, None, f"there is no experiment {unknown[0]!r}; the file holds "
                                       f"{sorted(map(str, raw))}.", "name one of those (--experiment NAME).")
         raw = {name: spec for name, spec in raw.items() if str(name) in only}
+    # Building configs makes RLlib log advice ("You are running PPO on the new API stack!") that would bury our
+    # one-paragraph errors; the trial logs it again when it really starts.
     rllib_logger = logging.getLogger("ray.rllib")
     level = rllib_logger.level
     rllib_logger.setLevel(logging.ERROR)
