@@ -189,7 +189,7 @@ def _experiment(source: str, name: str, spec: Any, stop_override: dict, config_o
     algo_config = _algorithm_config(source, name, algo_class, config)
     if env in registry.ENVIRONMENTS:
         try:
-            vector = str(algo_config.gym_env_vectorize_mode).lower().endswith("vector_entry_point")
+            vector = registry.runners_build_vector_form(algo_config)
             registry.check_env_config(env, dict(algo_config.env_config),
                                       algo_config.num_envs_per_env_runner if vector else None)
         except (ValueError, TypeError) as e:

@@ -80,6 +80,12 @@ def check_env_keys(env_id: str, env_config: dict) -> None:
             raise ValueError(f"`env_config` key {key!r} is not an argument of {env_id}; accepted: {', '.join(accepted)}.")
 
 
+def runners_build_vector_form(config: Any) -> bool:
+    """Whether ``config``'s env runners call the env creator for a native vector env of ``num_envs_per_env_runner``
+    lanes (RLlib's ``gym_env_vectorize_mode="vector_entry_point"``, a string or gymnasium's enum)."""
+    return str(config.gym_env_vectorize_mode).lower().endswith("vector_entry_point")
+
+
 def check_env_config(env_id: str, env_config: dict, num_envs: int | None = None) -> None:
     """Raises ``ValueError`` naming the bad key or value if ``env_config`` does not fit an rl_speed env; with
     ``num_envs`` (the runners build the native vector form of that many lanes), as that vector form sees it."""

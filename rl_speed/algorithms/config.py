@@ -143,13 +143,13 @@ def makes_multi_agent_env(config: Any) -> bool:
     from ray.rllib.env.multi_agent_env import MultiAgentEnv
     from ray.tune.registry import ENV_CREATOR, _global_registry
 
-    from rl_speed.registry import ENVIRONMENTS
+    from rl_speed.registry import ENVIRONMENTS, runners_build_vector_form
 
     env = config.env
     if isinstance(env, type):
         return issubclass(env, MultiAgentEnv)
     if isinstance(env, str) and env not in ENVIRONMENTS and _global_registry.contains(ENV_CREATOR, env):
-        if str(config.gym_env_vectorize_mode).lower().endswith("vector_entry_point"):
+        if runners_build_vector_form(config):
             # The runners call the creator for a vector env (env_config | {"num_envs": N}); probe what they get.
             probe = _global_registry.get(ENV_CREATOR, env)({**config.env_config,
                                                             "num_envs": config.num_envs_per_env_runner})
