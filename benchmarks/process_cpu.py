@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import remote_values
+
 #: Ray's own daemons by process name (``/proc/PID/comm``) or a fragment of their command line.
 RAY_DAEMONS = ("raylet", "gcs_server")
 RAY_COMMAND_FRAGMENTS = ("ray/dashboard", "log_monitor", "ray/_private", "ray::")
@@ -51,7 +53,7 @@ def actor_pids(algo: Any) -> dict[str, set[int]]:
         pids["runners"] = set(group.foreach_env_runner(lambda _: os.getpid(), local_env_runner=False))
     learners = algo.learner_group
     if learners is not None and not learners.is_local:
-        pids["learners"] = {r.get() for r in learners.foreach_learner(lambda _: os.getpid())}
+        pids["learners"] = set(remote_values(learners.foreach_learner(lambda _: os.getpid())))
     return pids
 
 

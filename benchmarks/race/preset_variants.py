@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, median_of, timed_run, usable_cpus
+from benchmarks.process_cpu import GROUPS
 
 
 def variant_config(path: str | Path, changes: dict, experiment: str | None = None) -> Any:
@@ -80,8 +81,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         *[f"- {name}: `{json.dumps(changes)}`" for name, changes in variants.items()],
         "",
         "| variant | agent steps/s | driver waits for batches | learner time | runner batch (fastest-slowest) | "
-        "runner step: env / inference | requests in flight | weights lag | cores busy: runners / driver / learners / "
-        "Ray / other (all) | iterations |",
+        "runner step: env / inference | requests in flight | weights lag | cores busy: "
+        f"{' / '.join(GROUPS)} (all) | iterations |",
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *rows,
     ])
@@ -90,7 +91,7 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
 def _cores(busy: dict[str, float]) -> str:
     if not busy:
         return "n/a"  # no /proc (not Linux)
-    parts = " / ".join(f"{busy[group]:.1f}" for group in ("runners", "driver", "learners", "Ray", "other"))
+    parts = " / ".join(f"{busy[group]:.1f}" for group in GROUPS)
     return f"{parts} ({busy['all']:.1f})"
 
 
