@@ -42,6 +42,8 @@ def _runner(lanes: int, game: str = "pong", lane_groups: int = 1, device: str = 
     config.env_runners(num_env_runners=0, num_envs_per_env_runner=lanes).learners(num_gpus_per_learner=0)
     config.environment(env_config={**config.env_config, "lane_groups": lane_groups})
     if device == "cuda":  # the preset's GPU share; RLlib gives a runner of index > 0 its GPU (index 0 is the driver's)
+        # RLlib picks that GPU through Ray's runtime context, which starts a default Ray if none runs: the caller
+        # starts one (run(), or a test's session Ray)
         config.env_runners(num_gpus_per_env_runner=0.05)
         return BatchedEnvRunner(config=config, worker_index=1)
     return BatchedEnvRunner(config=config)
@@ -130,9 +132,18 @@ def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu") -
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("atari-runner --device cuda: this machine has no CUDA GPU torch can use; leave --device "
                          "out to time the runner with its forward on the CPU.")
+    import ray
+
+    started = device == "cuda" and not ray.is_initialized()
+    if started:  # see _runner: a private local Ray, not the default one RLlib's device lookup would start
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        results = {n: measure(n, repeats, device=device) for n in lanes}
+    finally:
+        if started:
+            ray.shutdown()
     rows, profiles = [], []
-    for n in lanes:
-        by_groups = measure(n, repeats, device=device)
+    for n, by_groups in results.items():
         plain = by_groups[1]["rate"]
         for k, m in by_groups.items():
             alone = 1e3 * n / (m["env_ms"] + m["inference_ms"])

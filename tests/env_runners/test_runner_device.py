@@ -1,8 +1,10 @@
 """Runners with ``num_gpus_per_env_runner`` > 0: RLlib puts a remote runner's module on a GPU, and the columnar path
 must act there (observations moved to the module's device, outputs back as numpy, recurrent states kept on it).
 
-Built in this process with ``worker_index=1`` (a local runner, index 0, never gets a GPU in RLlib). Needs CUDA;
-CI's machines have none, so these run on a GPU box (`pytest tests/env_runners/test_runner_device.py`)."""
+Built in this process with ``worker_index=1`` (a local runner, index 0, never gets a GPU in RLlib), in the test
+session's Ray: RLlib finds a runner's GPU through Ray's runtime context, which would otherwise start a default Ray here
+and break the session fixture's start. Needs CUDA; CI's machines have none, so these run on a GPU box
+(`pytest tests/env_runners/test_runner_device.py`)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def _runner(recurrent: bool = False, gpus: float = 0.5):
 
 @needs_cuda
 @pytest.mark.parametrize("recurrent", [False, True])
-def test_a_gpu_runner_acts_on_its_gpu_and_returns_numpy_columns(recurrent):
+def test_a_gpu_runner_acts_on_its_gpu_and_returns_numpy_columns(ray_session, recurrent):
     runner = _runner(recurrent)
     assert next(runner.module.parameters()).device.type == "cuda"
     for _ in range(2):  # the second call continues the episodes (and the recurrent states) of the first
@@ -57,7 +59,7 @@ def test_a_cpu_runner_keeps_its_module_on_the_cpu():
 
 
 @needs_cuda
-def test_a_gpu_multi_agent_runner_acts_on_its_gpu_and_returns_numpy_columns():
+def test_a_gpu_multi_agent_runner_acts_on_its_gpu_and_returns_numpy_columns(ray_session):
     """One forward per module per step on the GPU, over that module's lanes."""
     from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
 
