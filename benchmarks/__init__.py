@@ -24,6 +24,7 @@ REGISTRY = {
     "lstm": "benchmarks.throughput.lstm", "cli": "benchmarks.throughput.cli_overhead",
     "multi-agent": "benchmarks.throughput.multi_agent_columns", "mettagrid": "benchmarks.throughput.mettagrid",
     "atari": "benchmarks.throughput.atari", "atari-runner": "benchmarks.throughput.atari_runner",
+    "atari-learner": "benchmarks.throughput.atari_learner",
     "batch-copy": "benchmarks.throughput.batch_copy",
     "callbacks": "benchmarks.throughput.callbacks",
     "scaling": "benchmarks.scaling.scaling", "learner-scaling": "benchmarks.scaling.learner_scaling",

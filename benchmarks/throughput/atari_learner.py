@@ -1,0 +1,142 @@
+"""FastPPO's Atari learner alone: seconds per update of one train batch of the Pong GPU preset, with no env runners
+beside it, for learner settings side by side.
+
+Why: at 8 epochs per batch the preset's learner fills each iteration (0.49 s of about 0.56 s, with the 15 runners'
+forwards on the same GPU; docs/studies/pong-and-atari.md), and with those forwards on the runners' CPUs it took 1.5x
+less. This times the same learner on a batch of the same size alone, so the in-run figure splits into the learner's
+own cost and what sharing the GPU adds, and tries the settings that change its own cost: larger minibatches (fewer
+steps per batch), bf16 autocast, and the captured step off.
+
+Each row builds FastPPO from ``tuned_examples/atari_ppo_gpu.yaml``'s Pong experiment (:func:`benchmarks.throughput.
+atari.preset`) with no remote runners and its learner in this process, plus the row's config keys. One batch is
+sampled once by the first row's local runner (``train_batch_size_per_learner`` env steps of real Pong at the initial
+weights, as a list of ``[T, N]`` column batches, the form FastPPO hands its learner) and every row updates on a copy of
+it, exactly as FastPPO's training step calls ``learner_group.update`` (the preset's epochs, minibatches, shuffle and
+lr schedule). Rows alternate round by round; a row's figure is the median of ``repeats`` timed updates after
+``WARMUP`` untimed ones (the capture, cuDNN's autotuning). ``--device cpu`` shrinks the batch and leaves out the GPU-only
+rows: it checks the bench, it does not time the preset.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from typing import Any
+
+from benchmarks.common import interleaved, machine
+
+#: Rows: config keys over the preset's.
+CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
+             "bf16": {"mixed_precision": "bf16"}, "captured step off": {"cuda_graph": False}}
+CPU_ROWS = {"preset": {}, "half minibatch": None}  # None: half the preset's (shrunk) minibatch
+WARMUP = 3
+LIFETIME = 1_000_000  #: env steps sampled so far, as the lr schedule reads it (the preset's lr at 1M steps)
+
+
+def build(device: str, changes: dict, batch: int | None = None, epochs: int | None = None) -> Any:
+    """The preset's FastPPO with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
+    ``epochs`` shrink it (tests, the CPU)."""
+    from benchmarks.throughput.atari import preset
+
+    _, config = preset("PPO", device=device, cpus=1)
+    config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
+    if batch:
+        lanes = config.num_envs_per_env_runner
+        config.env_runners(rollout_fragment_length=max(1, batch // lanes)).training(
+            train_batch_size_per_learner=batch, minibatch_size=min(config.minibatch_size, batch))
+    if epochs:
+        config.training(num_epochs=epochs)
+    config.update_from_dict(changes)
+    return config.build_algo()
+
+
+def sample_batch(algo: Any) -> list[dict]:
+    """``train_batch_size_per_learner`` env steps from ``algo``'s local runner, as a list of column batches."""
+    batches, steps = [], 0
+    while steps < algo.config.train_batch_size_per_learner:
+        columns = algo.env_runner.sample_columns()
+        batches.append(columns)
+        steps += len(columns["rewards"]) * algo.env_runner.num_envs
+    return batches
+
+
+def update(algo: Any, batches: list[dict]) -> None:
+    """One ``learner_group.update`` as FastPPO's training step makes it (the learner may write into ``batches``:
+    pass a copy)."""
+    cfg = algo.config
+    algo.learner_group.update(
+        batch=batches, minibatch_size=cfg.minibatch_size, num_epochs=cfg.num_epochs,
+        shuffle_batch_per_epoch=cfg.shuffle_batch_per_epoch,
+        timesteps={"num_env_steps_sampled_lifetime": LIFETIME, "num_agent_steps_sampled_lifetime": LIFETIME})
+
+
+def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, batch: int | None = None,
+            epochs: int | None = None) -> dict[str, dict]:
+    """Per row: its minibatch size, steps per update, and the median seconds per update over ``repeats`` rounds."""
+    import torch
+
+    rows = rows if rows is not None else (CUDA_ROWS if device == "cuda" else CPU_ROWS)
+    algos: dict[str, Any] = {}
+    try:
+        for name, changes in rows.items():
+            if changes is None:  # CPU_ROWS' halved minibatch, relative to the (shrunk) preset's
+                changes = {"minibatch_size": max(1, algos[next(iter(algos))].config.minibatch_size // 2)}
+            algos[name] = build(device, changes, batch, epochs)
+        data = sample_batch(next(iter(algos.values())))
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        for algo in algos.values():
+            for _ in range(WARMUP):
+                update(algo, copy.deepcopy(data))
+        times: dict[str, list[float]] = {name: [] for name in algos}
+        for name in interleaved(list(algos), repeats):
+            copied = copy.deepcopy(data)  # outside the clock
+            sync()
+            start = time.perf_counter()
+            update(algos[name], copied)
+            sync()
+            times[name].append(time.perf_counter() - start)
+        steps = sum(len(c["rewards"]) for c in data) * next(iter(algos.values())).env_runner.num_envs
+        out = {}
+        for name, algo in algos.items():
+            cfg = algo.config
+            per_epoch = -(-steps // cfg.minibatch_size)
+            out[name] = {"minibatch": cfg.minibatch_size, "steps": cfg.num_epochs * per_epoch, "batch": steps,
+                         "seconds": statistics.median(times[name])}
+        return out
+    finally:
+        for algo in algos.values():
+            algo.stop()
+
+
+def run(repeats: int = 5, device: str = "cpu") -> str:
+    """``device``: ``cuda`` times the preset's learner on the GPU; ``cpu`` a shrunk one (a check, not a figure)."""
+    import ray
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("atari-learner --device cuda: this machine has no CUDA GPU torch can use; leave --device out "
+                         "to check the bench on the CPU (a shrunk batch).")
+    started = not ray.is_initialized()
+    if started:  # RLlib finds a GPU learner's device through Ray's runtime context: a private local Ray, not its default
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        out = measure(device, repeats, batch=None if device == "cuda" else 256, epochs=None if device == "cuda" else 2)
+    finally:
+        if started:
+            ray.shutdown()
+    first = next(iter(out.values()))["seconds"]
+    rows = [f"| {name} | {m['minibatch']} | {m['steps']} | {m['seconds']:.3f} | "
+            f"{1e3 * m['seconds'] / m['steps']:.2f} | {first / m['seconds']:.2f}x | {m['batch'] / m['seconds']:,.0f} |"
+            for name, m in out.items()]
+    batch = next(iter(out.values()))["batch"]
+    return "\n".join([
+        "### FastPPO's Pong learner alone: seconds per update of one batch (no env runners)", "",
+        f"Command: `rl-speed bench atari-learner --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}` · "
+        f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `atari_ppo_gpu.yaml`'s Pong experiment, its "
+        f"learner in this process on the {'GPU' if device == 'cuda' else 'CPU (batch and epochs shrunk: a check)'}, "
+        f"one batch of {batch:,} env steps of real Pong, median of {repeats} updates per row, rows alternating.", "",
+        "| row | minibatch | minibatch steps per update | s per update | ms per minibatch step | vs the first row "
+        "| env steps/s the learner could take |",
+        "|---|---:|---:|---:|---:|---:|---:|", *rows,
+    ])

@@ -1,0 +1,51 @@
+"""`rl-speed bench atari-learner`: the Pong GPU preset's FastPPO learner timed alone on one real batch, rows of
+learner settings side by side."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from benchmarks.throughput import atari_learner
+
+pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+
+
+def test_every_row_updates_on_the_same_batch_with_its_own_minibatch(ray_session):
+    rows = {"preset": {}, "half minibatch": None}
+    out = atari_learner.measure("cpu", repeats=1, rows=rows, batch=64, epochs=1)
+    assert list(out) == ["preset", "half minibatch"]
+    preset, half = out["preset"], out["half minibatch"]
+    assert preset["batch"] == half["batch"] == 64  # 16 lanes x 4 steps, sampled once for both rows
+    assert half["minibatch"] == preset["minibatch"] // 2
+    assert half["steps"] == 2 * preset["steps"]  # the same epochs over twice as many minibatches
+    assert preset["seconds"] > 0 and half["seconds"] > 0
+
+
+def test_an_update_moves_the_learners_weights(ray_session):
+    algo = atari_learner.build("cpu", {}, batch=32, epochs=1)
+    try:
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        before = [p.detach().clone() for p in module.parameters()]
+        atari_learner.update(algo, atari_learner.sample_batch(algo))
+        assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
+    finally:
+        algo.stop()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
+def test_device_cuda_without_a_gpu_is_refused_before_anything_is_built():
+    with pytest.raises(ValueError, match="atari-learner --device cuda: this machine has no CUDA GPU"):
+        atari_learner.run(repeats=1, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_preset_row_replays_its_captured_step(ray_session):
+    algo = atari_learner.build("cuda", {}, batch=512, epochs=1)
+    try:
+        atari_learner.update(algo, atari_learner.sample_batch(algo))
+        atari_learner.update(algo, atari_learner.sample_batch(algo))
+        assert algo.learner_group._learner._step_graphs.replays > 0
+    finally:
+        algo.stop()
