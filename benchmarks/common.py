@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 def median_rate(step: Callable[[], int], repeats: int = 5, min_seconds: float = 0.5) -> float:
@@ -88,6 +89,24 @@ def gpu_keys_off(config: Any) -> Any:
     """A GPU preset's config for CPU learners (in place, returned): no GPU, no torch.compile, no captured step
     (``cuda_graph``, which needs a CUDA learner). The one list of a preset's GPU-only keys for every benchmark."""
     return config.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False).training(cuda_graph=False)
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int, num_gpus: int | None = None) -> Iterator[None]:
+    """A private local Ray for a benchmark's run (``address="local"`` never attaches to another cluster), shut down
+    after it; a caller's Ray (a test session's) is used as it is and left running. Also where RLlib would otherwise
+    start a default Ray itself (it finds a GPU runner's or learner's device through Ray's runtime context)."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    gpus = {} if num_gpus is None else {"num_gpus": num_gpus}
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **gpus)
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def usable_cpus() -> int:

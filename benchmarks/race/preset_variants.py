@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, median_of, timed_run, usable_cpus
+from benchmarks.common import local_ray, machine, median_of, timed_run, usable_cpus
 from benchmarks.process_cpu import GROUPS
 
 
@@ -43,8 +43,6 @@ def variant_config(path: str | Path, changes: dict, experiment: str | None = Non
 def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: float = 55.0, warmup: int = 2,
         num_cpus: int | None = None, num_gpus: int = 0, experiment: str | None = None) -> str:
     """The table of every run in ``order`` (names of ``variants``), one row each."""
-    import ray
-
     import rl_speed
 
     unknown = [name for name in order if name not in variants]
@@ -53,12 +51,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
     rl_speed.register()
     # bad keys and experiment names fail here, before Ray starts
     configs = {name: variant_config(path, changes, experiment) for name, changes in variants.items()}
-    started = not ray.is_initialized()  # a caller's Ray (a test session's) is used and left running
-    if started:
-        ray.init(address="local", num_cpus=num_cpus or usable_cpus(), num_gpus=num_gpus, include_dashboard=False,
-                 log_to_driver=False)
     rows = []
-    try:
+    with local_ray(num_cpus or usable_cpus(), num_gpus):  # a caller's Ray (a test session's) is used and left running
         for name in order:
             result = timed_run(configs[name].copy(copy_frozen=False), seconds, warmup)
             profiles, samplers = result["profiles"], result["samplers"]
@@ -71,9 +65,6 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
                 f"{median_of(samplers, 'requests_in_flight'):.0f} | {median_of(samplers, 'weights_lag_max'):.0f} | "
                 f"{_cores(result['cores'])} | {result['iterations']} |")
             print(rows[-1], file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps the rows made
-    finally:
-        if started:
-            ray.shutdown()
     return "\n".join([
         f"`{Path(path).name}`{f' ({experiment})' if experiment else ''} variants, interleaved · machine: {machine()} "
         f"· each run over {seconds:.0f} s after {warmup} warm-up iterations",

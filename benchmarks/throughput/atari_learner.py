@@ -24,7 +24,7 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.common import interleaved, machine
+from benchmarks.common import interleaved, local_ray, machine
 
 #: Rows: config keys over the preset's.
 CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
@@ -51,13 +51,16 @@ def build(device: str, changes: dict, batch: int | None = None, epochs: int | No
     return config.build_algo()
 
 
+def env_steps(batches: list[dict]) -> int:
+    """Env steps in a list of ``[T, N]`` column batches."""
+    return sum(c["rewards"].size for c in batches)
+
+
 def sample_batch(algo: Any) -> list[dict]:
     """``train_batch_size_per_learner`` env steps from ``algo``'s local runner, as a list of column batches."""
-    batches, steps = [], 0
-    while steps < algo.config.train_batch_size_per_learner:
-        columns = algo.env_runner.sample_columns()
-        batches.append(columns)
-        steps += len(columns["rewards"]) * algo.env_runner.num_envs
+    batches: list[dict] = []
+    while env_steps(batches) < algo.config.train_batch_size_per_learner:
+        batches.append(algo.env_runner.sample_columns())
     return batches
 
 
@@ -80,10 +83,11 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
     algos: dict[str, Any] = {}
     try:
         for name, changes in rows.items():
-            if changes is None:  # CPU_ROWS' halved minibatch, relative to the (shrunk) preset's
-                changes = {"minibatch_size": max(1, algos[next(iter(algos))].config.minibatch_size // 2)}
+            if changes is None:  # CPU_ROWS' halved minibatch, relative to the first row's (the shrunk preset's)
+                changes = {"minibatch_size": max(1, next(iter(algos.values())).config.minibatch_size // 2)}
             algos[name] = build(device, changes, batch, epochs)
         data = sample_batch(next(iter(algos.values())))
+        steps = env_steps(data)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         for algo in algos.values():
             for _ in range(WARMUP):
@@ -96,7 +100,6 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
             update(algos[name], copied)
             sync()
             times[name].append(time.perf_counter() - start)
-        steps = sum(len(c["rewards"]) for c in data) * next(iter(algos.values())).env_runner.num_envs
         out = {}
         for name, algo in algos.items():
             cfg = algo.config
@@ -111,20 +114,13 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
 
 def run(repeats: int = 5, device: str = "cpu") -> str:
     """``device``: ``cuda`` times the preset's learner on the GPU; ``cpu`` a shrunk one (a check, not a figure)."""
-    import ray
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("atari-learner --device cuda: this machine has no CUDA GPU torch can use; leave --device out "
                          "to check the bench on the CPU (a shrunk batch).")
-    started = not ray.is_initialized()
-    if started:  # RLlib finds a GPU learner's device through Ray's runtime context: a private local Ray, not its default
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    with local_ray(num_cpus=1):  # RLlib finds a GPU learner's device through Ray's runtime context
         out = measure(device, repeats, batch=None if device == "cuda" else 256, epochs=None if device == "cuda" else 2)
-    finally:
-        if started:
-            ray.shutdown()
     first = next(iter(out.values()))["seconds"]
     rows = [f"| {name} | {m['minibatch']} | {m['steps']} | {m['seconds']:.3f} | "
             f"{1e3 * m['seconds'] / m['steps']:.2f} | {first / m['seconds']:.2f}x | {m['batch'] / m['seconds']:,.0f} |"

@@ -20,13 +20,14 @@ thread, as a runner with one CPU of its own does not have.
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
 import pstats
 import statistics
 import time
 
-from benchmarks.common import machine
+from benchmarks.common import local_ray, machine
 
 CALLS = 10
 
@@ -132,16 +133,9 @@ def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu") -
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("atari-runner --device cuda: this machine has no CUDA GPU torch can use; leave --device "
                          "out to time the runner with its forward on the CPU.")
-    import ray
-
-    started = device == "cuda" and not ray.is_initialized()
-    if started:  # see _runner: a private local Ray, not the default one RLlib's device lookup would start
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    # see _runner: a GPU runner needs a Ray; a private local one, not the default one RLlib would start
+    with local_ray(num_cpus=1) if device == "cuda" else contextlib.nullcontext():
         results = {n: measure(n, repeats, device=device) for n in lanes}
-    finally:
-        if started:
-            ray.shutdown()
     rows, profiles = [], []
     for n, by_groups in results.items():
         plain = by_groups[1]["rate"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import time
 
-from benchmarks.common import build_with_every_runner, machine
+from benchmarks.common import build_with_every_runner, local_ray, machine
 from rl_speed.callbacks import ColumnarCallback
 
 NUM_ENVS, BATCH, MINIBATCH = 1_024, 32_768, 8_192
@@ -78,15 +78,10 @@ def _measure(config: Any, iterations: int) -> tuple[float, float, dict]:
 
 
 def run(repeats: int = 5, iterations: int = 3) -> str:
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
     cost: dict[str, list[float]] = {name: [] for name in VARIANTS}
     logged: dict[str, Any] = {}
-    try:
+    with local_ray(num_cpus=2):
         for _ in range(repeats):
             cpu_per_step = {}
             for name, (algo, callbacks) in VARIANTS.items():
@@ -97,9 +92,6 @@ def run(repeats: int = 5, iterations: int = 3) -> str:
                 logged[name] = runners.get("custom_return", runners.get("custom_step_reward"))
             for name in VARIANTS:
                 cost[name].append(cpu_per_step["FastPPO, no callbacks"] / cpu_per_step[name])
-    finally:
-        if started:
-            ray.shutdown()
     base = statistics.median(rates["FastPPO, no callbacks"])
     lines = [f"FastPPO on CartPole-v1, {NUM_ENVS:,} envs, batch {BATCH:,}, minibatch {MINIBATCH:,}, 1 epoch, "
              f"sampling local; {repeats} rounds ({iterations} timed iterations per run after one warm-up; stock: "
