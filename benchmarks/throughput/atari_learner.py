@@ -13,8 +13,8 @@ sampled once by the first row's local runner (``train_batch_size_per_learner`` e
 weights, as a list of ``[T, N]`` column batches, the form FastPPO hands its learner) and every row updates on a copy of
 it, exactly as FastPPO's training step calls ``learner_group.update`` (the preset's epochs, minibatches, shuffle and
 lr schedule). Rows alternate round by round; a row's figure is the median of ``repeats`` timed updates after
-``WARMUP`` untimed ones (the capture, cuDNN's autotuning). ``--device cpu`` shrinks the batch and leaves out the GPU-only
-rows: it checks the bench, it does not time the preset.
+``WARMUP`` untimed ones (the capture, cuDNN's autotuning). ``--device cpu`` shrinks the batch and leaves out the
+GPU-only rows: it checks the bench, it does not time the preset.
 """
 
 from __future__ import annotations

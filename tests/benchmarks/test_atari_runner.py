@@ -28,7 +28,7 @@ def test_device_cuda_without_a_gpu_is_refused_before_anything_is_built():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_device_cuda_puts_the_runners_forward_on_the_gpu(ray_session):  # RLlib's GPU lookup needs a Ray; else it starts one
+def test_device_cuda_puts_the_runners_forward_on_the_gpu(ray_session):  # RLlib's GPU lookup needs a Ray
     runner = atari_runner._runner(4, device="cuda")
     try:
         assert runner._device.type == "cuda"
