@@ -41,6 +41,8 @@ def build(device: str, changes: dict, batch: int | None = None, epochs: int | No
 
     _, config = preset("PPO", device=device, cpus=1)
     config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
+    # The one local runner's fragment covers the whole batch (the preset's batch comes from its 15 runners).
+    batch = batch or config.train_batch_size_per_learner
     if batch:
         lanes = config.num_envs_per_env_runner
         config.env_runners(rollout_fragment_length=max(1, batch // lanes)).training(

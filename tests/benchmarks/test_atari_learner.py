@@ -49,3 +49,15 @@ def test_on_a_gpu_the_preset_row_replays_its_captured_step(ray_session):
         assert algo.learner_group._learner._step_graphs.replays > 0
     finally:
         algo.stop()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_row_builds_with_a_minibatch_above_one_runners_fragment(ray_session):
+    # The preset's batch comes from 15 runners; the bench's one local runner must sample all of it, or FastPPO
+    # refuses a minibatch larger than one runner's fragment (the first GPU run of the bench stopped there).
+    algo = atari_learner.build("cuda", {"minibatch_size": 1024})
+    try:
+        cfg = algo.config
+        assert cfg.rollout_fragment_length * cfg.num_envs_per_env_runner == cfg.train_batch_size_per_learner
+    finally:
+        algo.stop()
