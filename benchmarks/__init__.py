@@ -25,6 +25,7 @@ REGISTRY = {
     "multi-agent": "benchmarks.throughput.multi_agent_columns", "mettagrid": "benchmarks.throughput.mettagrid",
     "atari": "benchmarks.throughput.atari", "atari-runner": "benchmarks.throughput.atari_runner",
     "atari-learner": "benchmarks.throughput.atari_learner",
+    "atari-dqn-learner": "benchmarks.throughput.atari_learner:run_dqn",
     "batch-copy": "benchmarks.throughput.batch_copy",
     "callbacks": "benchmarks.throughput.callbacks",
     "scaling": "benchmarks.scaling.scaling", "learner-scaling": "benchmarks.scaling.learner_scaling",

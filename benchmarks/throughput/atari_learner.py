@@ -15,6 +15,16 @@ it, exactly as FastPPO's training step calls ``learner_group.update`` (the prese
 lr schedule). Rows alternate round by round; a row's figure is the median of ``repeats`` timed updates after
 ``WARMUP`` untimed ones (the capture, cuDNN's autotuning). ``--device cpu`` shrinks the batch and leaves out the
 GPU-only rows: it checks the bench, it does not time the preset.
+
+``rl-speed bench atari-dqn-learner`` (:func:`run_dqn`) does the same for FastDQN's Pong preset
+(``tuned_examples/atari_dqn_gpu.yaml``), whose learner bounds it (79-82% of an iteration, about 3.7 ms an update of
+256 with replay apart) and which, unlike FastPPO, runs no faster with its runners off the GPU. Each row builds the
+preset with no remote runners (one local runner of 16 emulators; the replay keeps the preset's capacity, its storage
+device and priorities), fills the row's replay with the same ``fill`` env steps of real Pong, then times FastDQN's own
+learning phase of one iteration (``FastDQN._learn``: the replay sample of all the iteration's updates, the learner's
+update call over them, the priorities written back) for as many updates as the preset makes of one iteration's env
+steps (``min_sample_timesteps_per_iteration`` x ``training_intensity`` / batch), split as FastDQN's own profile
+splits it: replay (sample and priorities) and learn.
 """
 
 from __future__ import annotations
@@ -137,4 +147,107 @@ def run(repeats: int = 5, device: str = "cpu") -> str:
         "| row | minibatch | minibatch steps per update | s per update | ms per minibatch step | vs the first row "
         "| env steps/s the learner could take |",
         "|---|---:|---:|---:|---:|---:|---:|", *rows,
+    ])
+
+
+#: FastDQN rows: config keys over the preset's. A larger batch makes proportionally fewer updates of the same env steps.
+DQN_CUDA_ROWS = {"preset": {}, "bf16": {"mixed_precision": "bf16"}, "batch 512": {"train_batch_size_per_learner": 512},
+                 "captured step off": {"cuda_graph": False}}
+DQN_CPU_ROWS = {"preset": {}, "batch x2": None}  # None: twice the preset's (shrunk) batch
+
+
+def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_steps: int | None = None) -> Any:
+    """FastDQN's Pong preset with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
+    ``iteration_steps`` (env steps per iteration, hence updates per learning phase) shrink it (tests, the CPU)."""
+    from benchmarks.throughput.atari import preset
+
+    _, config = preset("DQN", device=device, cpus=1)
+    config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
+    if batch:
+        config.training(train_batch_size_per_learner=batch)
+    if iteration_steps:
+        config.reporting(min_sample_timesteps_per_iteration=iteration_steps)
+    config.update_from_dict(changes)
+    return config.build_algo()
+
+
+def fill_replay(algo: Any, batches: list[dict]) -> None:
+    """``batches`` (a runner's column batches) into ``algo``'s replay, as FastDQN's training step adds them."""
+    for columns in batches:
+        algo._add(copy.deepcopy(columns), lane_start=0)
+
+
+def updates_per_iteration(config: Any) -> int:
+    """The updates FastDQN makes of one iteration's env steps at the config's replay ratio."""
+    return max(1, round(config.min_sample_timesteps_per_iteration / config.env_steps_per_update))
+
+
+def learn_phase(algo: Any, updates: int) -> dict[str, float]:
+    """One iteration's learning phase of FastDQN (``_learn``), timed: its replay and learn seconds."""
+    timer = algo._timer
+    timer.seconds = dict.fromkeys(timer.phases, 0.0)
+    algo._learn(updates, algo.config.total_train_batch_size, LIFETIME)  # ends on the host: the priorities
+    return {"replay": timer.seconds["replay"], "learn": timer.seconds["learn"]}
+
+
+def measure_dqn(device: str = "cpu", repeats: int = 3, rows: dict | None = None, batch: int | None = None,
+                iteration_steps: int | None = None, fill: int = 20_000) -> dict[str, dict]:
+    """Per row: its batch, updates per iteration and the median replay / learn seconds of one iteration's learning
+    over ``repeats`` rounds; every row's replay holds the same ``fill`` env steps (at least one runner batch)."""
+    rows = rows if rows is not None else (DQN_CUDA_ROWS if device == "cuda" else DQN_CPU_ROWS)
+    algos: dict[str, Any] = {}
+    try:
+        for name, changes in rows.items():
+            if changes is None:  # DQN_CPU_ROWS' doubled batch, relative to the first row's (the shrunk preset's)
+                changes = {"train_batch_size_per_learner": 2 * next(iter(algos.values())).config.total_train_batch_size}
+            algos[name] = build_dqn(device, changes, batch, iteration_steps)
+        first = next(iter(algos.values()))
+        data: list[dict] = []
+        while env_steps(data) < fill:
+            data.append(first.env_runner.sample_columns())
+        for algo in algos.values():
+            fill_replay(algo, data)
+            for _ in range(WARMUP):
+                learn_phase(algo, updates_per_iteration(algo.config))
+        times: dict[str, list[dict]] = {name: [] for name in algos}
+        for name in interleaved(list(algos), repeats):
+            times[name].append(learn_phase(algos[name], updates_per_iteration(algos[name].config)))
+        out = {}
+        for name, algo in algos.items():
+            out[name] = {"batch": algo.config.total_train_batch_size, "updates": updates_per_iteration(algo.config),
+                         "env_steps": algo.config.min_sample_timesteps_per_iteration,
+                         "replay": statistics.median(t["replay"] for t in times[name]),
+                         "learn": statistics.median(t["learn"] for t in times[name]), "filled": env_steps(data)}
+        return out
+    finally:
+        for algo in algos.values():
+            algo.stop()
+
+
+def run_dqn(repeats: int = 5, device: str = "cpu") -> str:
+    """``device``: ``cuda`` times the preset's learning phase on the GPU; ``cpu`` a shrunk one (a check)."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("atari-dqn-learner --device cuda: this machine has no CUDA GPU torch can use; leave --device "
+                         "out to check the bench on the CPU (a shrunk batch).")
+    with local_ray(num_cpus=1):  # RLlib finds a GPU learner's device through Ray's runtime context
+        cuda = device == "cuda"
+        out = measure_dqn(device, repeats, batch=None if cuda else 32, iteration_steps=None if cuda else 64,
+                          fill=20_000 if cuda else 512)
+    first = next(iter(out.values()))
+    total = {name: m["replay"] + m["learn"] for name, m in out.items()}
+    rows = [f"| {name} | {m['batch']} | {m['updates']} | {m['replay']:.3f} | {m['learn']:.3f} | "
+            f"{1e3 * m['learn'] / m['updates']:.2f} | {total[next(iter(out))] / total[name]:.2f}x | "
+            f"{m['env_steps'] / total[name]:,.0f} |" for name, m in out.items()]
+    return "\n".join([
+        "### FastDQN's Pong learning phase alone: seconds per iteration's updates (no env runners)", "",
+        f"Command: `rl-speed bench atari-dqn-learner --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}`"
+        f" · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `atari_dqn_gpu.yaml`'s Pong experiment, its "
+        f"learner in this process on the {'GPU' if device == 'cuda' else 'CPU (batch shrunk: a check)'}, replay "
+        f"filled with {first['filled']:,} env steps of real Pong, the updates of {first['env_steps']:,} env steps "
+        f"per row (FastDQN's `_learn`), median of {repeats} per row, rows alternating.", "",
+        "| row | batch | updates | replay s (sample + priorities) | learn s | ms per update (learn) | vs the first row "
+        "| env steps/s the learner could take |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|", *rows,
     ])

@@ -61,3 +61,49 @@ def test_on_a_gpu_a_row_builds_with_a_minibatch_above_one_runners_fragment(ray_s
         assert cfg.rollout_fragment_length * cfg.num_envs_per_env_runner == cfg.train_batch_size_per_learner
     finally:
         algo.stop()
+
+
+def test_dqn_rows_learn_from_the_same_replay_with_their_own_batch(ray_session):
+    rows = {"preset": {}, "batch x2": None}
+    out = atari_learner.measure_dqn("cpu", repeats=1, rows=rows, batch=16, iteration_steps=32, fill=32)
+    preset, double = out["preset"], out["batch x2"]
+    assert preset["filled"] == double["filled"] >= 32  # one runner's batches, added to both rows' replays
+    assert (preset["batch"], double["batch"]) == (16, 32)
+    assert preset["updates"] == 2 * double["updates"]  # the same env steps per iteration at the preset's ratio
+    assert all(m["replay"] > 0 and m["learn"] > 0 for m in out.values())
+
+
+def test_a_dqn_learning_phase_samples_its_updates_and_moves_the_q_net(ray_session):
+    algo = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=32)
+    try:
+        atari_learner.fill_replay(algo, [algo.env_runner.sample_columns()])
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        before = [p.detach().clone() for p in module.parameters()]
+        sampled = algo.replay_buffer.get_metrics()["sampled"]
+        updates = atari_learner.updates_per_iteration(algo.config)
+        seconds = atari_learner.learn_phase(algo, updates)
+        assert algo.replay_buffer.get_metrics()["sampled"] - sampled == updates * 16
+        assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
+        assert seconds["replay"] > 0 and seconds["learn"] > 0
+    finally:
+        algo.stop()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
+def test_dqn_device_cuda_without_a_gpu_is_refused_before_anything_is_built():
+    with pytest.raises(ValueError, match="atari-dqn-learner --device cuda: this machine has no CUDA GPU"):
+        atari_learner.run_dqn(repeats=1, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_dqn_preset_replays_its_captured_step_from_gpu_replay(ray_session):
+    small_replay = {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 20_000, "storage_device": "cuda"}
+    algo = atari_learner.build_dqn("cuda", {"replay_buffer_config": small_replay}, iteration_steps=1024)
+    try:
+        assert algo.replay_buffer.device == "cuda"
+        atari_learner.fill_replay(algo, [algo.env_runner.sample_columns() for _ in range(2)])
+        for _ in range(2):
+            atari_learner.learn_phase(algo, atari_learner.updates_per_iteration(algo.config))
+        assert algo.learner_group._learner._step_graphs.replays > 0
+    finally:
+        algo.stop()
