@@ -158,7 +158,9 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     ``directory/<contender>-seed<seed>``; with ``overrides`` (recorded in ``meta.json``) on the contender's settings,
     with ``checkpoint`` the final RLlib algorithm saved in ``checkpoint/`` there (for ``rl-speed bench
     atari-policy``), and with ``evaluate_games`` the final policy of an RLlib contender played that many full games
-    per protocol (:func:`evaluate_final_policy`, into ``evaluation.json``; after the clock: it counts in no time)."""
+    per protocol (:func:`evaluate_final_policy`, into ``evaluation.json``; after the clock: it counts in no time).
+    An RLlib contender's ``meta.json`` also says when, on the judge's clock, Ray was up, the algorithm built (every env
+    runner started) and its first iteration done (``startup``): the share of the time to the target that is start."""
     check_overrides(contender, overrides)
     if evaluate_games and contender in SB3_CONTENDERS:
         raise ValueError(f"race_atari: --evaluate plays an RLlib module; {contender} has none.")
@@ -183,19 +185,29 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
 
         ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
                  include_dashboard=False, log_to_driver=False)
+        meta["startup"] = {"ray_started_s": time.monotonic() - files.start}
         try:
             algo = build_with_every_runner(rllib_contender_config(contender, files, seed, device, game, overrides))
-            task = GAMES[game]
-            result: dict = {}
-            while time.monotonic() - files.start < max_seconds:
-                result = algo.train()
-                if reached(files.read(), task.target, task.window):
-                    break
+            meta["startup"]["built_s"] = time.monotonic() - files.start
+            result = train_until(algo, files, GAMES[game], max_seconds, meta["startup"])
             finish_rllib_run(algo, result, out, meta, files.start, checkpoint, evaluate_games,
                              env_config(game, overrides), device)
             algo.stop()
         finally:
             ray.shutdown()
+
+
+def train_until(algo: Any, files: JudgeFiles, task: Task, max_seconds: float, startup: dict) -> dict:
+    """``algo.train()`` until the judge's games reach ``task``'s target or ``max_seconds`` have passed since the
+    judge's clock started; records when the first iteration ended in ``startup["first_iteration_s"]`` (the clock's
+    seconds). Returns the last result."""
+    result: dict = {}
+    while time.monotonic() - files.start < max_seconds:
+        result = algo.train()
+        startup.setdefault("first_iteration_s", time.monotonic() - files.start)
+        if reached(files.read(), task.target, task.window):
+            break
+    return result
 
 
 def write_meta(out: Path, meta: dict, start: float) -> None:
@@ -252,6 +264,7 @@ def section(directory: str, charts: str | None = None) -> str:
              task_section(task, results, "ppo / dqn")]
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
     lines += evaluation_lines(runs)
+    lines += startup_lines(runs)
     unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
                         and any(path.glob("*.csv")) and not (path / "meta.json").exists())
     if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table
@@ -283,6 +296,23 @@ def evaluation_lines(runs: list[tuple[Path, dict]]) -> list[str]:
     return [f"- {contender}, final greedy policy (full games; median over {seeds(by_sticky)}): " + "; ".join(f"sticky actions {sticky}: {np.median(means):.2f}"
                                    for sticky, means in sorted(by_sticky.items()))
             for contender, by_sticky in scores.items()]
+
+
+def startup_lines(runs: list[tuple[Path, dict]]) -> list[str]:
+    """Per RLlib contender whose runs recorded their start (``meta.json``'s ``startup``): the median over its seeds of
+    the judge's clock when Ray was up, the algorithm built (every env runner started) and the first iteration done."""
+    phases = {"ray_started_s": "Ray up", "built_s": "algorithm built", "first_iteration_s": "first iteration done"}
+    by_contender: dict[str, list[dict]] = {}
+    for _, meta in runs:
+        if meta.get("startup"):
+            by_contender.setdefault(meta["contender"], []).append(meta["startup"])
+    lines = []
+    for contender, startups in by_contender.items():
+        found = [(label, [s[key] for s in startups if key in s]) for key, label in phases.items()]
+        lines.append(f"- {contender}, start (seconds on the judge's clock; median over {len(startups)} seed"
+                     f"{'s' if len(startups) != 1 else ''}): "
+                     + ", ".join(f"{label} {np.median(values):.1f}" for label, values in found if values))
+    return lines
 
 
 def cpu_groups(k: int) -> list[list[int]]:

@@ -283,3 +283,48 @@ def test_a_contender_that_missed_on_some_seeds_also_gets_its_median_over_all_see
     _write_run(tmp_path, "FastDQN (ours)", games_until(600, False), seed=6)
     row = next(line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastDQN"))
     assert "all 7 seeds: median not reached" in row and "| 3/7 |" in row
+
+
+class _FakeAlgo:
+    """Each train() call: one finished game of ``score`` in the judge's files."""
+
+    def __init__(self, files, score):
+        self.files, self.score, self.calls = files, score, 0
+
+    def train(self):
+        self.calls += 1
+        self.files.record(self.calls * 100, [self.score])
+        return {"iteration": self.calls}
+
+
+def test_training_stops_at_the_target_and_records_when_its_first_iteration_ended(tmp_path):
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    startup = {"built_s": 0.5}
+    algo = _FakeAlgo(files, 21.0)
+    result = race_atari.train_until(algo, files, race_atari.GAMES["pong"], 60.0, startup)
+    assert algo.calls == race_atari.GAMES["pong"].window  # 20 games of 21: the target's mean from the 20th on
+    assert result == {"iteration": algo.calls}
+    assert 0 < startup["first_iteration_s"] < 60 and startup["built_s"] == 0.5
+
+
+def test_training_that_never_reaches_the_target_stops_at_the_cap(tmp_path):
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    startup = {}
+    algo = _FakeAlgo(files, -21.0)
+    race_atari.train_until(algo, files, race_atari.GAMES["pong"], 0.2, startup)
+    assert algo.calls > race_atari.GAMES["pong"].window and time.monotonic() - files.start >= 0.2
+    assert "first_iteration_s" in startup
+
+
+def test_section_reports_each_contenders_start_as_a_median_over_seeds(tmp_path):
+    for seed, built in ((0, 20.0), (1, 24.0), (2, 22.0)):
+        _write_run(tmp_path, "FastDQN (ours)", [(100.0, 1000, -21.0)], seed=seed)
+        meta_path = tmp_path / f"fastdqn-ours-seed{seed}" / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        meta["startup"] = {"ray_started_s": 5.0, "built_s": built, "first_iteration_s": built + 3}
+        meta_path.write_text(json.dumps(meta))
+    _write_run(tmp_path, "SB3 PPO (zoo)", [(100.0, 1000, -21.0)])  # SB3 runs record no start
+    table = race_atari.section(str(tmp_path))
+    assert ("- FastDQN (ours), start (seconds on the judge's clock; median over 3 seeds): Ray up 5.0, algorithm "
+            "built 22.0, first iteration done 25.0") in table
+    assert "SB3 PPO (zoo), start" not in table
