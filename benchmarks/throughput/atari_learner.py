@@ -172,9 +172,10 @@ def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_st
 
 
 def fill_replay(algo: Any, batches: list[dict]) -> None:
-    """``batches`` (a runner's column batches) into ``algo``'s replay, as FastDQN's training step adds them."""
+    """``batches`` (a runner's column batches) into ``algo``'s replay, as FastDQN's training step adds them (the
+    replay copies them and leaves them as they were, so every row is filled from the same batches)."""
     for columns in batches:
-        algo._add(copy.deepcopy(columns), lane_start=0)
+        algo._add(columns, lane_start=0)
 
 
 def updates_per_iteration(config: Any) -> int:
