@@ -19,12 +19,12 @@ GPU-only rows: it checks the bench, it does not time the preset.
 ``rl-speed bench atari-dqn-learner`` (:func:`run_dqn`) does the same for FastDQN's Pong preset
 (``tuned_examples/atari_dqn_gpu.yaml``), whose learner bounds it (79-82% of an iteration, about 3.7 ms an update of
 256 with replay apart) and which, unlike FastPPO, runs no faster with its runners off the GPU. Each row builds the
-preset with no remote runners (one local runner of 16 emulators; the replay keeps the preset's capacity, its storage
-device and priorities), fills the row's replay with the same ``fill`` env steps of real Pong, then times FastDQN's own
-learning phase of one iteration (``FastDQN._learn``: the replay sample of all the iteration's updates, the learner's
-update call over them, the priorities written back) for as many updates as the preset makes of one iteration's env
-steps (``min_sample_timesteps_per_iteration`` x ``training_intensity`` / batch), split as FastDQN's own profile
-splits it: replay (sample and priorities) and learn.
+preset with no remote runners (one local runner of 16 emulators; the replay keeps the preset's storage device and
+priorities, at :data:`DQN_REPLAY_CAPACITY` slots), fills the row's replay with the same ``fill`` env steps of real
+Pong, then times FastDQN's own learning phase of one iteration (``FastDQN._learn``: the replay sample of all the
+iteration's updates, the learner's update call over them, the priorities written back) for as many updates as the
+preset makes of one iteration's env steps (``min_sample_timesteps_per_iteration`` x ``training_intensity`` / batch),
+split as FastDQN's own profile splits it: replay (sample and priorities) and learn.
 """
 
 from __future__ import annotations
@@ -154,6 +154,9 @@ def run(repeats: int = 5, device: str = "cpu") -> str:
 DQN_CUDA_ROWS = {"preset": {}, "bf16": {"mixed_precision": "bf16"}, "batch 512": {"train_batch_size_per_learner": 512},
                  "captured step off": {"cuda_graph": False}}
 DQN_CPU_ROWS = {"preset": {}, "batch x2": None}  # None: twice the preset's (shrunk) batch
+#: Replay slots per row: the preset's 1M frame stacks take 28 GB of GPU memory, and four rows side by side would not
+#: fit one GPU with their samples; the sum tree is then 18 levels deep instead of 20.
+DQN_REPLAY_CAPACITY = 200_000
 
 
 def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_steps: int | None = None) -> Any:
@@ -163,6 +166,8 @@ def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_st
 
     _, config = preset("DQN", device=device, cpus=1)
     config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
+    replay = config.replay_buffer_config
+    config.training(replay_buffer_config={**replay, "capacity": min(DQN_REPLAY_CAPACITY, replay["capacity"])})
     if batch:
         config.training(train_batch_size_per_learner=batch)
     if iteration_steps:
@@ -218,7 +223,8 @@ def measure_dqn(device: str = "cpu", repeats: int = 3, rows: dict | None = None,
             out[name] = {"batch": algo.config.total_train_batch_size, "updates": updates_per_iteration(algo.config),
                          "env_steps": algo.config.min_sample_timesteps_per_iteration,
                          "replay": statistics.median(t["replay"] for t in times[name]),
-                         "learn": statistics.median(t["learn"] for t in times[name]), "filled": env_steps(data)}
+                         "learn": statistics.median(t["learn"] for t in times[name]), "filled": env_steps(data),
+                         "capacity": algo.replay_buffer.capacity}
         return out
     finally:
         for algo in algos.values():
@@ -246,8 +252,9 @@ def run_dqn(repeats: int = 5, device: str = "cpu") -> str:
         f"Command: `rl-speed bench atari-dqn-learner --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}`"
         f" · machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `atari_dqn_gpu.yaml`'s Pong experiment, its "
         f"learner in this process on the {'GPU' if device == 'cuda' else 'CPU (batch shrunk: a check)'}, replay "
-        f"filled with {first['filled']:,} env steps of real Pong, the updates of {first['env_steps']:,} env steps "
-        f"per row (FastDQN's `_learn`), median of {repeats} per row, rows alternating.", "",
+        f"of {first['capacity']:,} slots filled with {first['filled']:,} env steps of real Pong, the updates of "
+        f"{first['env_steps']:,} env steps per row (FastDQN's `_learn`), median of {repeats} per row, rows "
+        "alternating.", "",
         "| row | batch | updates | replay s (sample + priorities) | learn s | ms per update (learn) | vs the first row "
         "| env steps/s the learner could take |",
         "|---|---:|---:|---:|---:|---:|---:|---:|", *rows,
