@@ -218,12 +218,18 @@ def median_of(rows: list[dict], key: str) -> float:
     return float(np.median(values)) if values else float("nan")
 
 
+#: The learner's phases of an iteration in ``rl_speed_profile``: FastPPO's values and GAE (advantages) and its
+#: updates (learn), FastDQN's replay (adding, sampling, priorities) and its updates (learn).
+LEARNER_PHASES = ("advantages_s", "learn_s", "replay_s")
+
+
 def learner_seconds(run: dict) -> float:
-    """A :func:`timed_run`'s learner time per iteration: values + GAE + updates (``learn_s`` + ``advantages_s`` of
-    ``rl_speed_profile``), median over iterations; NaN if no iteration learned."""
+    """A :func:`timed_run`'s learner time per iteration: the sum of the :data:`LEARNER_PHASES` an algorithm's
+    ``rl_speed_profile`` reports (FastPPO: values + GAE + updates; FastDQN: replay + updates), median over the
+    iterations that learned; NaN if none did."""
     import numpy as np
 
-    times = [p.get("learn_s", 0.0) + p.get("advantages_s", 0.0) for p in run["profiles"] if p.get("learn_s")]
+    times = [sum(p.get(key, 0.0) for key in LEARNER_PHASES) for p in run["profiles"] if p.get("learn_s")]
     return float(np.median(times)) if times else float("nan")
 
 

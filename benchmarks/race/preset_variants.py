@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import local_ray, machine, median_of, timed_run, usable_cpus
+from benchmarks.common import learner_seconds, local_ray, machine, median_of, timed_run, usable_cpus
 from benchmarks.process_cpu import GROUPS
 
 
@@ -58,7 +58,7 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
             profiles, samplers = result["profiles"], result["samplers"]
             rows.append(
                 f"| {name} | {result['rate']:,.0f} | {median_of(profiles, 'sample_s'):.3f} s | "
-                f"{learner_seconds(profiles):.3f} s | "
+                f"{learner_seconds(result):.3f} s | "
                 f"{median_of(samplers, 'sample_s_min'):.2f}-{median_of(samplers, 'sample_s_max'):.2f} s | "
                 f"{1e3 * median_of(samplers, 'env_step_timer'):.2f} / "
                 f"{1e3 * median_of(samplers, 'rlmodule_inference_timer'):.2f} ms | "
@@ -77,17 +77,6 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *rows,
     ])
-
-
-# The learner's phases of an iteration in each algorithm's ``rl_speed_profile``: FastPPO's values and GAE
-# (advantages) and its update (learn), FastDQN's replay sampling and its updates.
-LEARNER_PHASES = ("advantages_s", "learn_s", "replay_s")
-
-
-def learner_seconds(profiles: list[dict]) -> float:
-    """The median learner time of an iteration: the sum of the medians of the learner phases the profiles have."""
-    present = [key for key in LEARNER_PHASES if any(key in row for row in profiles)]
-    return sum(median_of(profiles, key) for key in present) if present else float("nan")
 
 
 def _cores(busy: dict[str, float]) -> str:

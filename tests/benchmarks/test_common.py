@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.common import (build_with_every_runner, gpu_keys_off, interleaved, median_run, rate_range,
-                                   timed_run, train_rate)
+from benchmarks.common import (build_with_every_runner, gpu_keys_off, interleaved, learner_seconds, median_run,
+                               rate_range, timed_run, train_rate)
 
 
 def _cartpole():
@@ -89,3 +89,12 @@ def test_a_run_whose_env_runner_failed_to_start_is_refused_not_trained_with_fewe
         build_with_every_runner(config)
     config = config.environment("CartPole-v1")
     build_with_every_runner(config).stop()  # every runner started: built
+
+
+def test_the_learner_time_sums_the_phases_each_algorithm_reports():
+    ppo = {"profiles": [{"sample_s": 0.1, "advantages_s": 0.02, "learn_s": 0.3},
+                        {"sample_s": 0.1, "advantages_s": 0.04, "learn_s": 0.5}]}
+    dqn = {"profiles": [{"sample_s": 0.01, "replay_s": 0.2, "learn_s": 1.1}]}  # FastDQN reports no advantages
+    assert learner_seconds(ppo) == pytest.approx(0.03 + 0.4)
+    assert learner_seconds(dqn) == pytest.approx(1.3)
+    assert learner_seconds({"profiles": [{"sample_s": 0.1}]}) != learner_seconds({"profiles": [{"sample_s": 0.1}]})

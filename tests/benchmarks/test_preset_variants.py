@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.race.preset_variants import learner_seconds, main, run, variant_config
+from benchmarks.race.preset_variants import main, run, variant_config
 from rl_speed.experiments import ExperimentFileError
 
 EXPERIMENT = """\
@@ -77,12 +77,3 @@ def test_a_variant_that_is_not_a_json_object_exits_2(experiment, capsys):
     with pytest.raises(SystemExit) as stop:
         main([str(experiment), "--variant", "A", "[1]", "--order", "A"])
     assert stop.value.code == 2 and "must be a JSON object" in capsys.readouterr().err
-
-
-def test_the_learner_time_sums_the_phases_each_algorithm_reports():
-    ppo = [{"sample_s": 0.1, "advantages_s": 0.02, "learn_s": 0.3}, {"sample_s": 0.1, "advantages_s": 0.04,
-                                                                      "learn_s": 0.5}]
-    dqn = [{"sample_s": 0.01, "replay_s": 0.2, "learn_s": 1.1}]  # FastDQN reports no advantages
-    assert learner_seconds(ppo) == pytest.approx(0.03 + 0.4)
-    assert learner_seconds(dqn) == pytest.approx(1.3)
-    assert learner_seconds([{"sample_s": 0.1}]) != learner_seconds([{"sample_s": 0.1}])  # none reported: NaN
