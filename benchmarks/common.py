@@ -91,6 +91,16 @@ def gpu_keys_off(config: Any) -> Any:
     return config.learners(num_gpus_per_learner=0).framework(torch_compile_learner=False).training(cuda_graph=False)
 
 
+def check_cuda(bench: str, device: str, without_it: str) -> None:
+    """Refuses ``--device cuda`` on a machine where torch finds no CUDA GPU, before the bench builds anything;
+    ``without_it`` says what the bench does with the flag left out."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{bench} --device cuda: this machine has no CUDA GPU torch can use; leave --device out "
+                         f"to {without_it}.")
+
+
 @contextlib.contextmanager
 def local_ray(num_cpus: int, num_gpus: int | None = None) -> Iterator[None]:
     """A private local Ray for a benchmark's run (``address="local"`` never attaches to another cluster), shut down

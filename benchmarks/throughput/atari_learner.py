@@ -34,7 +34,7 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.common import interleaved, local_ray, machine
+from benchmarks.common import check_cuda, interleaved, local_ray, machine
 
 #: Rows: config keys over the preset's.
 CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
@@ -126,11 +126,7 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
 
 def run(repeats: int = 5, device: str = "cpu") -> str:
     """``device``: ``cuda`` times the preset's learner on the GPU; ``cpu`` a shrunk one (a check, not a figure)."""
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("atari-learner --device cuda: this machine has no CUDA GPU torch can use; leave --device out "
-                         "to check the bench on the CPU (a shrunk batch).")
+    check_cuda("atari-learner", device, "check the bench on the CPU (a shrunk batch)")
     with local_ray(num_cpus=1):  # RLlib finds a GPU learner's device through Ray's runtime context
         out = measure(device, repeats, batch=None if device == "cuda" else 256, epochs=None if device == "cuda" else 2)
     first = next(iter(out.values()))["seconds"]
@@ -233,11 +229,7 @@ def measure_dqn(device: str = "cpu", repeats: int = 3, rows: dict | None = None,
 
 def run_dqn(repeats: int = 5, device: str = "cpu") -> str:
     """``device``: ``cuda`` times the preset's learning phase on the GPU; ``cpu`` a shrunk one (a check)."""
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("atari-dqn-learner --device cuda: this machine has no CUDA GPU torch can use; leave --device "
-                         "out to check the bench on the CPU (a shrunk batch).")
+    check_cuda("atari-dqn-learner", device, "check the bench on the CPU (a shrunk batch)")
     with local_ray(num_cpus=1):  # RLlib finds a GPU learner's device through Ray's runtime context
         cuda = device == "cuda"
         out = measure_dqn(device, repeats, batch=None if cuda else 32, iteration_steps=None if cuda else 64,

@@ -27,7 +27,7 @@ import pstats
 import statistics
 import time
 
-from benchmarks.common import local_ray, machine
+from benchmarks.common import check_cuda, local_ray, machine
 
 CALLS = 10
 
@@ -128,11 +128,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2),
 
 def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu") -> str:
     """``device``: where the runners' forward runs (``cuda``: the GPU preset's runner, its forward on the GPU)."""
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("atari-runner --device cuda: this machine has no CUDA GPU torch can use; leave --device "
-                         "out to time the runner with its forward on the CPU.")
+    check_cuda("atari-runner", device, "time the runner with its forward on the CPU")
     # see _runner: a GPU runner needs a Ray; a private local one, not the default one RLlib would start
     with local_ray(num_cpus=1) if device == "cuda" else contextlib.nullcontext():
         results = {n: measure(n, repeats, device=device) for n in lanes}
