@@ -15,11 +15,26 @@ import numpy as np
 WINDOW = 20  # finished episodes in the judge's running mean
 
 
+def process_start() -> float:
+    """When this process started, on the monotonic clock the judges share: a contender's clock counts from it, so the
+    interpreter's start and the imports before the contender is built (RLlib's and torch's: seconds) count too. Linux
+    only: the kernel's start time of the process (``/proc/self/stat``, clock ticks since boot) against
+    ``CLOCK_BOOTTIME``, the clock it is counted on."""
+    try:
+        with open("/proc/self/stat") as f:  # the command name (field 2) may hold spaces: split after its ")"
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    except OSError as error:
+        raise RuntimeError("the race's clock starts at the process's start, read from /proc/self/stat: it runs on "
+                           "Linux only") from error
+    since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    return time.monotonic() - since_start
+
+
 @dataclass(frozen=True)
 class JudgeFiles:
     """Where the judges of several processes on one host log (a contender whose env runners are Ray actors): one CSV
     per process in ``directory``, each line ``seconds,env steps,return``. Seconds count on the host's monotonic clock
-    (shared by its processes) from ``start``, the driver's ``time.monotonic()`` before the contender is built; env
+    (shared by its processes) from ``start``, the driver process's start (:func:`process_start`); env
     steps are the writing process's own count. :meth:`read` merges the files into one log."""
 
     directory: str

@@ -45,7 +45,7 @@ import numpy as np
 from benchmarks.common import build_with_every_runner, machine, usable_cpus
 from benchmarks.scaling.core_pinning import physical_cores
 from benchmarks.race.contenders import Task, sb3_learn
-from benchmarks.race.judge import EpisodeJudge, JudgeFiles, judged_id, reached
+from benchmarks.race.judge import EpisodeJudge, JudgeFiles, judged_id, process_start, reached
 from benchmarks.race.report import race_chart, task_section
 
 #: rl-zoo's PPO entry for Atari games (hyperparams/ppo.yml, ``atari``), SB3's names; gamma 0.99 and lambda 0.95 are
@@ -153,14 +153,17 @@ def evaluate_final_policy(algo: Any, env_config: dict, games: int, device: str =
 
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
                   game: str = "pong", overrides: dict | None = None, checkpoint: bool = False,
-                  evaluate_games: int = 0) -> None:
+                  evaluate_games: int = 0, start: float | None = None) -> None:
     """One contender, one seed, one game: the judge's files and ``meta.json`` in
     ``directory/<contender>-seed<seed>``; with ``overrides`` (recorded in ``meta.json``) on the contender's settings,
     with ``checkpoint`` the final RLlib algorithm saved in ``checkpoint/`` there (for ``rl-speed bench
     atari-policy``), and with ``evaluate_games`` the final policy of an RLlib contender played that many full games
     per protocol (:func:`evaluate_final_policy`, into ``evaluation.json``; after the clock: it counts in no time).
     An RLlib contender's ``meta.json`` also says when, on the judge's clock, Ray was up, the algorithm built (every env
-    runner started) and its first iteration done (``startup``): the share of the time to the target that is start."""
+    runner started) and its first iteration done (``startup``): the share of the time to the target that is start.
+    ``start``: the judge's clock's zero on the monotonic clock; the ``contender`` command passes its process's start
+    (:func:`~benchmarks.race.judge.process_start`), so the interpreter's start and the imports count; by default the
+    call's moment (a caller in a longer-lived process, such as a test)."""
     check_overrides(contender, overrides)
     if evaluate_games and contender in SB3_CONTENDERS:
         raise ValueError(f"race_atari: --evaluate plays an RLlib module; {contender} has none.")
@@ -168,10 +171,11 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.csv"), *out.glob("*.json")]:  # a rerun replaces the previous run's log and results
         stale.unlink()
-    files = JudgeFiles(str(out), time.monotonic())
+    files = JudgeFiles(str(out), time.monotonic() if start is None else start)
     meta: dict[str, Any] = {"contender": contender, "game": game, "seed": seed, "max_seconds": max_seconds,
                             "device": device,
-                            "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d")}
+                            "machine": machine(), "cpus": usable_cpus(), "date": time.strftime("%Y-%m-%d"),
+                            "clock": "call" if start is None else "process start"}  # older runs: no "clock"
     if overrides:
         meta["overrides"] = overrides
     if contender in SB3_CONTENDERS:
@@ -273,6 +277,10 @@ def section(directory: str, charts: str | None = None) -> str:
     if charts:
         family = "ppo-dqn" if game == "pong" else f"{game}-ppo-dqn"  # Pong's chart keeps its name
         lines.append(f"Chart: `{race_chart(task, family, results, charts)}`")
+    late = [m for m in metas if m.get("ran") and "clock" not in m]
+    if late:  # recorded before the clock started at the process's start
+        lines.append(f"Clock: {len(late)} of {len(metas)} runs counted from after their driver's imports (RLlib's and "
+                     "torch's), not from process start: their times leave those seconds out.")
     caps = sorted({m["max_seconds"] for m in metas})
     lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "
                  + "; ".join(sorted({f"{m['machine']}, {m['cpus']} CPUs, {m['device']}" for m in metas})))
@@ -427,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     rl_speed.register()
     if args.command == "contender":
         run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
-                      args.checkpoint, args.evaluate)
+                      args.checkpoint, args.evaluate, start=process_start())
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
                   args.first_seed, args.game, args.missing_only, args.evaluate))

@@ -3,6 +3,10 @@ tests are the learning-level equivalence of FastPPO and stock PPO, and of FastDQ
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
@@ -148,6 +152,16 @@ def test_judge_files_merge_processes_in_time_order_with_summed_steps(tmp_path):
     (tmp_path / "101.csv").write_text("1.0,100,-21.0\n3.0,250,-20.0\n")
     (tmp_path / "202.csv").write_text("2.0,80,-19.0\n")
     assert JudgeFiles(str(tmp_path), 0.0).read() == [(1.0, 100, -21.0), (2.0, 180, -19.0), (3.0, 330, -20.0)]
+
+
+def test_the_race_clock_counts_from_the_process_start_not_from_when_it_is_read():
+    """The time to the target is from process start: what a process did before it read the clock (here a 1 s sleep
+    standing in for RLlib's and torch's imports) is on it."""
+    script = ("import time; time.sleep(1.0); from benchmarks.race.judge import process_start; "
+              "print(time.monotonic() - process_start())")
+    elapsed = float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                   cwd=Path(__file__).parents[2]).stdout)
+    assert 1.0 <= elapsed < 30.0
 
 
 def test_judge_files_collect_the_episodes_of_remote_env_runners(ray_session, tmp_path):

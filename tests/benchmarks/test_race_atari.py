@@ -14,7 +14,7 @@ from benchmarks.race import race_atari
 from benchmarks.race.judge import JudgeFiles
 
 
-def _write_run(directory, contender, games, ran=True, why=None, game=None, seed=0):
+def _write_run(directory, contender, games, ran=True, why=None, game=None, seed=0, clock="process start"):
     """A finished contender run as run_contender leaves it: the judge's CSV and meta.json (without ``game``: as runs
     recorded before the game was, which are Pong's)."""
     out = directory / f"{race_atari.slug(contender)}-seed{seed}"
@@ -22,7 +22,7 @@ def _write_run(directory, contender, games, ran=True, why=None, game=None, seed=
     if games:
         (out / "77.csv").write_text("".join(f"{t},{steps},{ret}\n" for t, steps, ret in games))
     meta = {"contender": contender, "seed": seed, "max_seconds": 600.0, "ran": ran, "machine": "test box", "cpus": 16,
-            "device": "cuda"}
+            "device": "cuda"} | ({"clock": clock} if clock else {})
     (out / "meta.json").write_text(json.dumps(meta | ({"why": why} if why else {}) | ({"game": game} if game else {})))
 
 
@@ -42,6 +42,14 @@ def test_section_reads_each_contenders_files(tmp_path):
     assert "SB3 DQN (zoo)" not in rows and "- SB3 DQN (zoo), seed 0: not run: its replay buffer does not fit" in table
     assert "time cap 600 s" in table
     assert "Started but not finished" not in table
+
+
+def test_section_names_the_runs_whose_clock_started_after_the_imports(tmp_path):
+    games = [(100.0, 1000, -21.0)]
+    _write_run(tmp_path, "FastPPO (ours)", games)
+    assert "Clock:" not in race_atari.section(str(tmp_path))
+    _write_run(tmp_path, "FastPPO (ours)", games, seed=1, clock=None)  # a run recorded before the clock's fix
+    assert "Clock: 1 of 2 runs counted from after their driver's imports" in race_atari.section(str(tmp_path))
 
 
 def test_section_names_runs_that_started_and_did_not_finish(tmp_path):
@@ -192,6 +200,14 @@ def test_a_rerun_replaces_the_last_runs_log_meta_and_evaluation(tmp_path):
     race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path), device="cpu")
     assert not (folder / "evaluation.json").exists() and not (folder / "123.csv").exists()
     assert json.loads((folder / "meta.json").read_text())["seconds"] > 0
+    assert json.loads((folder / "meta.json").read_text())["clock"] == "call"  # not the contender command's process
+
+
+def test_the_contender_command_counts_from_its_process_start(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(race_atari, "run_contender", lambda *args, **kwargs: calls.append(kwargs["start"]))
+    race_atari.main(["contender", "FastPPO (ours)", "--dir", str(tmp_path)])
+    assert calls == [pytest.approx(race_atari.process_start(), abs=0.05)]
 
 
 def test_sb3_dqn_contender_runs_through_the_judge_and_says_when_its_buffer_does_not_fit(tmp_path, monkeypatch):
