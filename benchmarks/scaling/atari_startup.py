@@ -1,0 +1,144 @@
+"""Where the start of FastPPO's Pong preset goes, from process start to the end of its first iteration.
+
+A race run's clock starts with its process, and about 30 s pass before the first iteration ends (2026-12-02's runs):
+this bench splits them. Each (variant, repeat) is a fresh process, as a race run is: its imports, Ray's start, the
+algorithm's build and its first ``train()``. Its env runners (:class:`TimedEnvRunner`, the preset's runner noting
+when things happen) say when their worker process started, when their ``__init__`` began (the actor's imports
+done), when their envs and their module (on a runner with a GPU share: its CUDA context) were built and when they
+were ready; the driver's build ends after the last runner is ready with the spaces' probe, the learner's build and
+the first weight sync. Every time is seconds since the process started, on the host's monotonic clock.
+Run: ``rl-speed bench atari-startup --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` builds the
+preset shrunk to this machine (a check, not a figure).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.utils.annotations import override
+
+from benchmarks import ROOT
+from benchmarks.common import build_with_every_runner, check_cuda, local_ray, machine, usable_cpus
+from benchmarks.race.judge import process_start
+from rl_speed.env_runners.batched import BatchedEnvRunner
+
+#: Variants: config keys over the preset's, each with the preset's batch. On the GPU box: the preset, its runners'
+#: forward on their CPUs (no CUDA context per runner), and 8 runners of 32 emulators in 30-step rollouts (7 fewer
+#: processes).
+CUDA_VARIANTS = {"preset": {}, "runners' forward on CPUs": {"num_gpus_per_env_runner": 0},
+                 "8 runners x 32 envs": {"num_env_runners": 8, "num_envs_per_env_runner": 32,
+                                         "rollout_fragment_length": 30}}
+CPU_VARIANTS = {"preset": {}, "32 envs per runner": {"num_envs_per_env_runner": 32, "rollout_fragment_length": 16}}
+#: A runner's moments, in the order they happen.
+RUNNER_MOMENTS = ("process", "init", "env", "module", "ready")
+
+
+class TimedEnvRunner(BatchedEnvRunner):
+    """The preset's env runner, noting on the host's monotonic clock when its process started, its ``__init__``
+    began, its envs and its module were built and it was ready (``startup``)."""
+
+    @override(BatchedEnvRunner)
+    def __init__(self, **kwargs: Any) -> None:
+        self.startup = {"process": process_start(), "init": time.monotonic()}
+        super().__init__(**kwargs)
+        self.startup["ready"] = time.monotonic()
+
+    @override(SingleAgentEnvRunner)
+    def make_env(self) -> None:
+        super().make_env()
+        self.startup.setdefault("env", time.monotonic())  # the first build (RLlib may call it again later)
+
+    @override(SingleAgentEnvRunner)
+    def make_module(self) -> None:
+        super().make_module()
+        self.startup.setdefault("module", time.monotonic())
+
+
+def one_start(changes: dict, device: str) -> dict:
+    """In a fresh process: the preset with ``changes`` started through its first iteration. The driver's moments
+    and each runner's, as seconds since this process started."""
+    start = process_start()
+    import rl_speed
+    from benchmarks.throughput.atari import preset
+
+    rl_speed.register()
+    _, config = preset("PPO", device=device)
+    config.env_runners(env_runner_cls=TimedEnvRunner)
+    config.update_from_dict(changes)
+    driver = {"imported": time.monotonic() - start}
+    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0):  # a test's Ray, if one is up
+        driver["ray_up"] = time.monotonic() - start
+        algo = build_with_every_runner(config)
+        driver["built"] = time.monotonic() - start
+        runners = algo.env_runner_group.foreach_env_runner(lambda r: r.startup, local_env_runner=False)
+        algo.train()
+        driver["first_iteration"] = time.monotonic() - start
+        algo.stop()
+    return {"driver": driver, "runners": [{k: r[k] - start for k in RUNNER_MOMENTS} for r in runners]}
+
+
+def measure(variants: dict[str, dict], repeats: int, device: str) -> dict[str, list[dict]]:
+    """Every variant ``repeats`` times, variants alternating, each start in its own process."""
+    out: dict[str, list[dict]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, changes in variants.items():
+            command = [sys.executable, "-m", "benchmarks.scaling.atari_startup", json.dumps(changes), device]
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"atari-startup: the {name!r} start failed (rc {done.returncode}):\n"
+                                   f"{done.stderr[-3000:]}")
+            out[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def phases(start: dict) -> dict[str, float]:
+    """One start's moments (seconds since process start): the driver's, and the runners' as the median runner's and
+    the last one's (the build waits for every runner)."""
+    runners = start["runners"]
+    row = {"imported": start["driver"]["imported"], "ray_up": start["driver"]["ray_up"]}
+    for moment in RUNNER_MOMENTS:
+        row[f"runner_{moment}_median"] = statistics.median(r[moment] for r in runners)
+        row[f"runner_{moment}_last"] = max(r[moment] for r in runners)
+    row["built"] = start["driver"]["built"]
+    row["first_iteration"] = start["driver"]["first_iteration"]
+    return row
+
+
+COLUMNS = {"imported": "imports done", "ray_up": "Ray up", "runner_process_median": "runner process started",
+           "runner_init_median": "runner imports done", "runner_env_median": "envs built",
+           "runner_module_median": "module built", "runner_ready_median": "runner ready",
+           "runner_ready_last": "last runner ready", "built": "algorithm built",
+           "first_iteration": "first iteration done"}
+
+
+def run(repeats: int = 3, device: str = "cpu") -> str:
+    check_cuda("atari-startup", device, "check the bench on the CPU (the preset shrunk to this machine)")
+    variants = CUDA_VARIANTS if device == "cuda" else CPU_VARIANTS
+    out = measure(variants, repeats, device)
+    rows = []
+    for name, starts in out.items():
+        table = [phases(s) for s in starts]
+        cells = [f"{statistics.median(t[key] for t in table):.1f}" for key in COLUMNS]
+        rows.append(f"| {name} | {len(starts[0]['runners'])} | " + " | ".join(cells) + " |")
+    return "\n".join([
+        "### FastPPO's Pong preset: where its start goes (seconds since process start)", "",
+        f"Command: `rl-speed bench atari-startup --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}` · "
+        f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `atari_ppo_gpu.yaml`'s Pong experiment"
+        f"{'' if device == 'cuda' else ' shrunk to this CPU (a check)'}; each start a fresh process, variants "
+        f"alternating, median of {repeats} starts per cell; a runner's moments are the median runner's, except "
+        "'last runner ready'.", "",
+        "| variant | runners | " + " | ".join(COLUMNS.values()) + " |",
+        "|---|---:|" + "---:|" * len(COLUMNS), *rows,
+    ])
+
+
+if __name__ == "__main__":  # one start, in this fresh process (measure() runs it): its moments as JSON
+    from benchmarks.scaling import atari_startup  # by name, so the runners unpickle its TimedEnvRunner
+
+    print(json.dumps(atari_startup.one_start(json.loads(sys.argv[1]), sys.argv[2])))

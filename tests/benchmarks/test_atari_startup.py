@@ -1,0 +1,35 @@
+"""`rl-speed bench atari-startup`: the Pong preset's start split into the driver's and its env runners' moments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.scaling import atari_startup
+
+pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+
+
+def test_a_start_reports_every_runners_moments_in_the_order_they_happen(ray_session):
+    start = atari_startup.one_start({}, "cpu")  # in this process, on the test session's Ray
+    assert start["runners"] and all(list(r) == list(atari_startup.RUNNER_MOMENTS) for r in start["runners"])
+    for runner in start["runners"]:
+        moments = [runner[m] for m in ("init", "env", "module", "ready")]
+        assert moments == sorted(moments) and runner["process"] <= runner["init"]
+    row = atari_startup.phases(start)
+    # the build waits for every runner; the first iteration comes after the build
+    assert row["runner_ready_median"] <= row["runner_ready_last"] <= row["built"] < row["first_iteration"]
+
+
+def test_phases_take_the_median_runner_and_the_last_one():
+    runners = [{m: float(i) + k for k, m in enumerate(atari_startup.RUNNER_MOMENTS)} for i in (1, 2, 9)]
+    row = atari_startup.phases({"driver": {"imported": 0.5, "ray_up": 1.0, "built": 20.0, "first_iteration": 25.0},
+                                "runners": runners})
+    assert row["runner_ready_median"] == 2.0 + 4 and row["runner_ready_last"] == 9.0 + 4
+    assert set(atari_startup.COLUMNS) <= set(row)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
+def test_device_cuda_without_a_gpu_is_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="atari-startup --device cuda: this machine has no CUDA GPU"):
+        atari_startup.run(repeats=1, device="cuda")
