@@ -2,11 +2,12 @@
 
 A race run's clock starts with its process, and about 30 s pass before the first iteration ends (2026-12-02's runs):
 this bench splits them. Each (variant, repeat) is a fresh process, as a race run is: its imports, Ray's start, the
-algorithm's build and its first ``train()``. Its env runners (:class:`TimedEnvRunner`, the preset's runner noting
-when things happen) say when their worker process started, when their ``__init__`` began (the actor's imports
+algorithm's build and its first ``train()``. Its env runners (``timed_runner.TimedEnvRunner``, the preset's runner
+noting when things happen) say when their worker process started, when their ``__init__`` began (the actor's imports
 done), when their envs and their module (on a runner with a GPU share: its CUDA context) were built and when they
 were ready; the driver's build ends after the last runner is ready with the spaces' probe, the learner's build and
-the first weight sync. Every time is seconds since the process started, on the host's monotonic clock.
+the first weight sync. Every time is seconds since the process started, on the host's monotonic clock. A variant
+may start Ray while another thread imports RLlib and torch (:class:`Variant`): the two are serial otherwise.
 Run: ``rl-speed bench atari-startup --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` builds the
 preset shrunk to this machine (a check, not a figure).
 """
@@ -17,63 +18,68 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from typing import Any
-
-from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
-from ray.rllib.utils.annotations import override
+from dataclasses import asdict, dataclass, field
 
 from benchmarks import ROOT
 from benchmarks.common import build_with_every_runner, check_cuda, local_ray, machine, usable_cpus
 from benchmarks.race.judge import process_start
-from rl_speed.env_runners.batched import BatchedEnvRunner
 
-#: Variants: config keys over the preset's, each with the preset's batch. On the GPU box: the preset, its runners'
-#: forward on their CPUs (no CUDA context per runner), and 8 runners of 32 emulators in 30-step rollouts (7 fewer
-#: processes).
-CUDA_VARIANTS = {"preset": {}, "runners' forward on CPUs": {"num_gpus_per_env_runner": 0},
-                 "8 runners x 32 envs": {"num_env_runners": 8, "num_envs_per_env_runner": 32,
-                                         "rollout_fragment_length": 30}}
-CPU_VARIANTS = {"preset": {}, "32 envs per runner": {"num_envs_per_env_runner": 32, "rollout_fragment_length": 16}}
+
+@dataclass(frozen=True)
+class Variant:
+    """Config keys over the preset's, and whether Ray starts in this thread while another imports RLlib, torch and
+    rl_speed (``ray.init`` itself must stay in the main thread: started from another one, it lost its GCS)."""
+
+    changes: dict = field(default_factory=dict)
+    ray_beside_imports: bool = False
+
+
+#: On the GPU box: the preset, Ray's start beside the driver's imports, the runners' forward on their CPUs (no CUDA
+#: context per runner), and 8 runners of 32 emulators in 30-step rollouts (7 fewer processes; the preset's batch).
+CUDA_VARIANTS = {"preset": Variant(), "Ray started beside the imports": Variant(ray_beside_imports=True),
+                 "runners' forward on CPUs": Variant({"num_gpus_per_env_runner": 0}),
+                 "8 runners x 32 envs": Variant({"num_env_runners": 8, "num_envs_per_env_runner": 32,
+                                                 "rollout_fragment_length": 30})}
+CPU_VARIANTS = {"preset": Variant(), "Ray started beside the imports": Variant(ray_beside_imports=True)}
 #: A runner's moments, in the order they happen.
 RUNNER_MOMENTS = ("process", "init", "env", "module", "ready")
 
 
-class TimedEnvRunner(BatchedEnvRunner):
-    """The preset's env runner, noting on the host's monotonic clock when its process started, its ``__init__``
-    began, its envs and its module were built and it was ready (``startup``)."""
-
-    @override(BatchedEnvRunner)
-    def __init__(self, **kwargs: Any) -> None:
-        self.startup = {"process": process_start(), "init": time.monotonic()}
-        super().__init__(**kwargs)
-        self.startup["ready"] = time.monotonic()
-
-    @override(SingleAgentEnvRunner)
-    def make_env(self) -> None:
-        super().make_env()
-        self.startup.setdefault("env", time.monotonic())  # the first build (RLlib may call it again later)
-
-    @override(SingleAgentEnvRunner)
-    def make_module(self) -> None:
-        super().make_module()
-        self.startup.setdefault("module", time.monotonic())
+def heavy_imports() -> None:
+    """What the driver imports before it builds anything: RLlib, torch, ale-py's env and rl_speed (seconds)."""
+    import benchmarks.scaling.timed_runner  # noqa: F401  (RLlib's env runner, torch, rl_speed's runner)
+    import benchmarks.throughput.atari  # noqa: F401  (the presets)
 
 
-def one_start(changes: dict, device: str) -> dict:
-    """In a fresh process: the preset with ``changes`` started through its first iteration. The driver's moments
+def one_start(variant: Variant, device: str) -> dict:
+    """In a fresh process: the preset with ``variant`` started through its first iteration. The driver's moments
     and each runner's, as seconds since this process started."""
     start = process_start()
-    import rl_speed
-    from benchmarks.throughput.atari import preset
+    driver: dict[str, float] = {}
 
-    rl_speed.register()
-    _, config = preset("PPO", device=device)
-    config.env_runners(env_runner_cls=TimedEnvRunner)
-    config.update_from_dict(changes)
-    driver = {"imported": time.monotonic() - start}
+    def imports() -> None:
+        heavy_imports()
+        driver["imported"] = time.monotonic() - start
+
+    beside = threading.Thread(target=imports) if variant.ray_beside_imports else None
+    if beside is not None:
+        beside.start()
+    else:
+        imports()
     with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0):  # a test's Ray, if one is up
         driver["ray_up"] = time.monotonic() - start
+        if beside is not None:
+            beside.join()
+        import rl_speed
+        from benchmarks.scaling.timed_runner import TimedEnvRunner
+        from benchmarks.throughput.atari import preset
+
+        rl_speed.register()
+        _, config = preset("PPO", device=device)
+        config.env_runners(env_runner_cls=TimedEnvRunner)
+        config.update_from_dict(variant.changes)
         algo = build_with_every_runner(config)
         driver["built"] = time.monotonic() - start
         runners = algo.env_runner_group.foreach_env_runner(lambda r: r.startup, local_env_runner=False)
@@ -83,12 +89,12 @@ def one_start(changes: dict, device: str) -> dict:
     return {"driver": driver, "runners": [{k: r[k] - start for k in RUNNER_MOMENTS} for r in runners]}
 
 
-def measure(variants: dict[str, dict], repeats: int, device: str) -> dict[str, list[dict]]:
+def measure(variants: dict[str, Variant], repeats: int, device: str) -> dict[str, list[dict]]:
     """Every variant ``repeats`` times, variants alternating, each start in its own process."""
     out: dict[str, list[dict]] = {name: [] for name in variants}
     for _ in range(repeats):
-        for name, changes in variants.items():
-            command = [sys.executable, "-m", "benchmarks.scaling.atari_startup", json.dumps(changes), device]
+        for name, variant in variants.items():
+            command = [sys.executable, "-m", "benchmarks.scaling.atari_startup", json.dumps(asdict(variant)), device]
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"atari-startup: the {name!r} start failed (rc {done.returncode}):\n"
@@ -139,6 +145,4 @@ def run(repeats: int = 3, device: str = "cpu") -> str:
 
 
 if __name__ == "__main__":  # one start, in this fresh process (measure() runs it): its moments as JSON
-    from benchmarks.scaling import atari_startup  # by name, so the runners unpickle its TimedEnvRunner
-
-    print(json.dumps(atari_startup.one_start(json.loads(sys.argv[1]), sys.argv[2])))
+    print(json.dumps(one_start(Variant(**json.loads(sys.argv[1])), sys.argv[2])))

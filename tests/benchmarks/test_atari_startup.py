@@ -10,12 +10,14 @@ from benchmarks.scaling import atari_startup
 pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
 
 
-def test_a_start_reports_every_runners_moments_in_the_order_they_happen(ray_session):
-    start = atari_startup.one_start({}, "cpu")  # in this process, on the test session's Ray
+@pytest.mark.parametrize("variant", [atari_startup.Variant(), atari_startup.Variant(ray_beside_imports=True)])
+def test_a_start_reports_every_runners_moments_in_the_order_they_happen(ray_session, variant):
+    start = atari_startup.one_start(variant, "cpu")  # in this process, on the test session's Ray
     assert start["runners"] and all(list(r) == list(atari_startup.RUNNER_MOMENTS) for r in start["runners"])
     for runner in start["runners"]:
         moments = [runner[m] for m in ("init", "env", "module", "ready")]
         assert moments == sorted(moments) and runner["process"] <= runner["init"]
+    assert set(start["driver"]) == {"imported", "ray_up", "built", "first_iteration"}
     row = atari_startup.phases(start)
     # the build waits for every runner; the first iteration comes after the build
     assert row["runner_ready_median"] <= row["runner_ready_last"] <= row["built"] < row["first_iteration"]
