@@ -127,11 +127,13 @@ def run(repeats: int = 3, device: str = "cpu") -> str:
     check_cuda("atari-startup", device, "check the bench on the CPU (the preset shrunk to this machine)")
     variants = CUDA_VARIANTS if device == "cuda" else CPU_VARIANTS
     out = measure(variants, repeats, device)
-    rows = []
+    rows, each = [], []
     for name, starts in out.items():
         table = [phases(s) for s in starts]
         cells = [f"{statistics.median(t[key] for t in table):.1f}" for key in COLUMNS]
         rows.append(f"| {name} | {len(starts[0]['runners'])} | " + " | ".join(cells) + " |")
+        each += [f"| {name} | {i} | " + " | ".join(f"{t[key]:.1f}" for key in COLUMNS) + " |"
+                 for i, t in enumerate(table, 1)]
     return "\n".join([
         "### FastPPO's Pong preset: where its start goes (seconds since process start)", "",
         f"Command: `rl-speed bench atari-startup --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}` · "
@@ -140,7 +142,10 @@ def run(repeats: int = 3, device: str = "cpu") -> str:
         f"alternating, median of {repeats} starts per cell; a runner's moments are the median runner's, except "
         "'last runner ready'.", "",
         "| variant | runners | " + " | ".join(COLUMNS.values()) + " |",
-        "|---|---:|" + "---:|" * len(COLUMNS), *rows,
+        "|---|---:|" + "---:|" * len(COLUMNS), *rows, "",
+        "Each start (the medians above are over these):", "",
+        "| variant | start | " + " | ".join(COLUMNS.values()) + " |",
+        "|---|---:|" + "---:|" * len(COLUMNS), *each,
     ])
 
 

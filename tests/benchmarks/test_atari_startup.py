@@ -35,3 +35,19 @@ def test_phases_take_the_median_runner_and_the_last_one():
 def test_device_cuda_without_a_gpu_is_refused_before_anything_starts():
     with pytest.raises(ValueError, match="atari-startup --device cuda: this machine has no CUDA GPU"):
         atari_startup.run(repeats=1, device="cuda")
+
+
+def test_the_table_gives_the_medians_and_every_start(monkeypatch):
+    def start(ready: float) -> dict:
+        runner = {m: ready - 4 + k for k, m in enumerate(atari_startup.RUNNER_MOMENTS)}
+        return {"driver": {"imported": 1.0, "ray_up": 2.0, "built": ready + 1, "first_iteration": ready + 2},
+                "runners": [runner]}
+
+    monkeypatch.setattr(atari_startup, "measure", lambda variants, repeats, device: {
+        "preset": [start(10.0), start(30.0), start(12.0)]})
+    table = atari_startup.run(repeats=3)
+    preset_rows = [line for line in table.splitlines() if line.startswith("| preset |")]
+    assert preset_rows[0].endswith("| 12.0 | 12.0 | 13.0 | 14.0 |")  # medians: ready, last ready, built, first
+    assert [row.split(" | ")[1] for row in preset_rows[1:]] == ["1", "2", "3"]
+    assert preset_rows[2].endswith("| 30.0 | 30.0 | 31.0 | 32.0 |")
+
