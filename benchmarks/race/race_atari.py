@@ -277,9 +277,10 @@ def section(directory: str, charts: str | None = None) -> str:
     if charts:
         family = "ppo-dqn" if game == "pong" else f"{game}-ppo-dqn"  # Pong's chart keeps its name
         lines.append(f"Chart: `{race_chart(task, family, results, charts)}`")
-    late = [m for m in metas if m.get("ran") and "clock" not in m]
+    ran = [m for m in metas if m.get("ran")]
+    late = [m for m in ran if "clock" not in m]
     if late:  # recorded before the clock started at the process's start
-        lines.append(f"Clock: {len(late)} of {len(metas)} runs counted from after their driver's imports (RLlib's and "
+        lines.append(f"Clock: {len(late)} of {len(ran)} runs counted from after their driver's imports (RLlib's and "
                      "torch's), not from process start: their times leave those seconds out.")
     caps = sorted({m["max_seconds"] for m in metas})
     lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "

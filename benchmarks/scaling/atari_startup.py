@@ -104,13 +104,13 @@ def measure(variants: dict[str, Variant], repeats: int, device: str) -> dict[str
 
 
 def phases(start: dict) -> dict[str, float]:
-    """One start's moments (seconds since process start): the driver's, and the runners' as the median runner's and
-    the last one's (the build waits for every runner)."""
+    """One start's moments (seconds since process start): the driver's, the runners' as the median runner's, and
+    when the last runner was ready (the build waits for every runner)."""
     runners = start["runners"]
     row = {"imported": start["driver"]["imported"], "ray_up": start["driver"]["ray_up"]}
     for moment in RUNNER_MOMENTS:
         row[f"runner_{moment}_median"] = statistics.median(r[moment] for r in runners)
-        row[f"runner_{moment}_last"] = max(r[moment] for r in runners)
+    row["runner_ready_last"] = max(r["ready"] for r in runners)
     row["built"] = start["driver"]["built"]
     row["first_iteration"] = start["driver"]["first_iteration"]
     return row
