@@ -34,15 +34,19 @@ class Variant:
 
     changes: dict = field(default_factory=dict)
     ray_beside_imports: bool = False
+    preload: bool = False  # Ray's prestarted workers import the runner's modules before an actor is placed on them
+    warm_cuda: bool = False  # the import thread also creates the driver's CUDA context (its learner's), on a GPU
 
 
-#: On the GPU box: the preset, Ray's start beside the driver's imports, the runners' forward on their CPUs (no CUDA
-#: context per runner), and 8 runners of 32 emulators in 30-step rollouts (7 fewer processes; the preset's batch).
-CUDA_VARIANTS = {"preset": Variant(), "Ray started beside the imports": Variant(ray_beside_imports=True),
-                 "runners' forward on CPUs": Variant({"num_gpus_per_env_runner": 0}),
-                 "8 runners x 32 envs": Variant({"num_env_runners": 8, "num_envs_per_env_runner": 32,
-                                                 "rollout_fragment_length": 30})}
-CPU_VARIANTS = {"preset": Variant(), "Ray started beside the imports": Variant(ray_beside_imports=True)}
+#: The preset, then one cut of its start after another: Ray started beside the driver's imports; Ray's prestarted
+#: workers importing the runners' modules before the runners are placed on them; on a GPU, the driver's CUDA context
+#: created beside Ray's start instead of after the runners (the learner's build needs it).
+CPU_VARIANTS = {"preset": Variant(), "Ray started beside the imports": Variant(ray_beside_imports=True),
+                "and the runners' modules preloaded": Variant(ray_beside_imports=True, preload=True)}
+CUDA_VARIANTS = {**CPU_VARIANTS,
+                 "and the driver's CUDA warmed": Variant(ray_beside_imports=True, preload=True, warm_cuda=True)}
+#: What a runner imports (its class's module, the env's), for Ray's prestarted workers to import in advance.
+RUNNER_MODULES = ("benchmarks.scaling.timed_runner", "rl_speed_envs.atari")
 #: A runner's moments, in the order they happen.
 RUNNER_MOMENTS = ("process", "init", "env", "module", "ready")
 
@@ -62,13 +66,18 @@ def one_start(variant: Variant, device: str) -> dict:
     def imports() -> None:
         heavy_imports()
         driver["imported"] = time.monotonic() - start
+        if variant.warm_cuda and device == "cuda":
+            import torch
+
+            torch.empty(1, device="cuda")  # the context the learner's build would otherwise create after the runners
 
     beside = threading.Thread(target=imports) if variant.ray_beside_imports else None
     if beside is not None:
         beside.start()
     else:
         imports()
-    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0):  # a test's Ray, if one is up
+    preload = RUNNER_MODULES if variant.preload else ()
+    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0, preload=preload):  # a test's Ray, if one is up
         driver["ray_up"] = time.monotonic() - start
         if beside is not None:
             beside.join()
