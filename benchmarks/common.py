@@ -106,16 +106,16 @@ def local_ray(num_cpus: int, num_gpus: int | None = None, preload: tuple[str, ..
     """A private local Ray for a benchmark's run (``address="local"`` never attaches to another cluster), shut down
     after it; a caller's Ray (a test session's) is used as it is and left running. Also where RLlib would otherwise
     start a default Ray itself (it finds a GPU runner's or learner's device through Ray's runtime context).
-    ``preload``: modules Ray's prestarted worker processes import before they take work (Ray's
-    ``preload_python_modules``), so an actor placed on one finds them imported."""
+    ``preload``: modules its worker processes import before they take work (:mod:`rl_speed.ray_start`)."""
     import ray
+
+    from rl_speed.ray_start import init_local_ray
 
     if ray.is_initialized():
         yield
         return
     gpus = {} if num_gpus is None else {"num_gpus": num_gpus}
-    system = {"_system_config": {"preload_python_modules": list(preload)}} if preload else {}
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **gpus, **system)
+    init_local_ray(preload, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **gpus)
     try:
         yield
     finally:

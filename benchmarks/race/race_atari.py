@@ -187,11 +187,16 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     else:
         import ray
 
-        ray.init(address="local", num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
-                 include_dashboard=False, log_to_driver=False)
+        from rl_speed.ray_start import init_local_ray, preload_modules
+
+        config = rllib_contender_config(contender, files, seed, device, game, overrides)
+        # As `rl-speed train` starts Ray: its workers import the algorithm's and the runners' modules in advance.
+        meta["ray_preload"] = preload_modules([(config.algo_class, config)])  # older runs: none
+        init_local_ray(meta["ray_preload"], num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
+                       include_dashboard=False, log_to_driver=False)
         meta["startup"] = {"ray_started_s": time.monotonic() - files.start}
         try:
-            algo = build_with_every_runner(rllib_contender_config(contender, files, seed, device, game, overrides))
+            algo = build_with_every_runner(config)
             meta["startup"]["built_s"] = time.monotonic() - files.start
             result = train_until(algo, files, GAMES[game], max_seconds, meta["startup"])
             finish_rllib_run(algo, result, out, meta, files.start, checkpoint, evaluate_games,

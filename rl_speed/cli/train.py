@@ -146,12 +146,16 @@ def run_experiments(experiments: list[Experiment], storage_path: str | None, ver
     return status
 
 
-def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, verbose: bool) -> None:
-    """Joins ``address``, or the cluster of the ``ray job`` we run in (RAY_ADDRESS), or starts a private local Ray."""
+def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, verbose: bool,
+             preload: list[str] | None = None) -> None:
+    """Joins ``address``, or the cluster of the ``ray job`` we run in (RAY_ADDRESS), or starts a private local Ray
+    whose workers import ``preload`` (:mod:`rl_speed.ray_start`) before they take work."""
     import ray
+
+    from rl_speed.ray_start import init_local_ray
 
     if address or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address, log_to_driver=verbose)
     else:
         # address="local" always starts a new Ray, never attaching to some other `ray start` on this machine.
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)
+        init_local_ray(preload or (), num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)

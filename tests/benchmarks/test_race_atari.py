@@ -344,3 +344,21 @@ def test_section_reports_each_contenders_start_as_a_median_over_seeds(tmp_path):
     assert ("- FastDQN (ours), start (seconds on the judge's clock; median over 3 seeds): Ray up 5.0, algorithm "
             "built 22.0, first iteration done 25.0") in table
     assert "SB3 PPO (zoo), start" not in table
+
+
+def test_an_rllib_contender_starts_ray_with_its_algorithms_and_runners_modules_preloaded(tmp_path, monkeypatch,
+                                                                                          ray_session):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    import ray
+
+    import rl_speed.ray_start
+
+    asked = []
+    monkeypatch.setattr(rl_speed.ray_start, "init_local_ray", lambda preload, **kwargs: asked.append(preload))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)  # (this session's Ray trains it and stays up)
+    race_atari.run_contender("FastPPO (ours)", 0, 1.0, str(tmp_path), device="cpu",
+                             overrides={"num_envs_per_env_runner": 2, "rollout_fragment_length": 8,
+                                        "minibatch_size": 16, "num_epochs": 1})
+    meta = json.loads((tmp_path / "fastppo-ours-seed0" / "meta.json").read_text())
+    assert asked == [["rl_speed.algorithms.fast_ppo", "rl_speed.env_runners.batched"]]
+    assert meta["ray_preload"] == asked[0] and meta["ran"]

@@ -1,0 +1,68 @@
+"""How long ``rl-speed train`` takes from its launch to its first iteration's progress line, with the local Ray's
+workers importing the experiment's algorithm and env-runner modules in advance (the default, :mod:`rl_speed.ray_start`)
+and without (``--no-preload``).
+
+Each start is a fresh ``rl-speed train FILE --experiment NAME --stop '{"training_iteration": 1}'`` process, the two
+alternating; the figure is the wall clock from launching it to the line of iteration 1 (Python's start, the
+experiment's validation, Ray's start, Tune's trial actor and its env runners, the first iteration). Run:
+``rl-speed bench cli-start --repeats 3`` (the CPU Atari Pong preset, the [atari] extra); ``--device cuda`` the GPU
+preset on a GPU box; ``--config '{"num_env_runners": 1}'`` over the preset's config (the CPU preset samples in the
+trial's own process: Ray's first worker takes the trial as it would without preloading, so only remote runners can
+gain).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import ROOT, TUNED_EXAMPLES
+from benchmarks.common import check_cuda, machine
+
+#: device -> (experiment file, experiment)
+PRESETS = {"cpu": ("atari_ppo.yaml", "pong-fastppo"), "cuda": ("atari_ppo_gpu.yaml", "pong-fastppo-gpu")}
+VARIANTS = {"modules preloaded (default)": [], "--no-preload": ["--no-preload"]}
+
+
+def one_start(device: str, flags: list[str], overrides: dict | None = None) -> float:
+    """Seconds from launching ``rl-speed train`` to its progress line for iteration 1."""
+    file, experiment = PRESETS[device]
+    with tempfile.TemporaryDirectory(prefix="cli_start_") as storage:
+        command = [sys.executable, "-c", "import sys; from rl_speed.cli.main import main; sys.exit(main())", "train",
+                   str(TUNED_EXAMPLES / file), "--experiment", experiment, "--stop", '{"training_iteration": 1}',
+                   "--storage-path", storage, *flags, *(["--config", json.dumps(overrides)] if overrides else [])]
+        start = time.monotonic()
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first, lines = None, []
+        for line in proc.stdout:
+            lines.append(line)
+            if first is None and line.startswith(f"{experiment} | iter 1 "):
+                first = time.monotonic() - start
+        if proc.wait() or first is None:
+            raise RuntimeError(f"cli-start: `{' '.join(command[3:])}` failed (rc {proc.returncode}) or printed no "
+                               f"line for iteration 1:\n{''.join(lines[-40:])}")
+    return first
+
+
+def run(repeats: int = 3, device: str = "cpu", overrides: dict | None = None) -> str:
+    check_cuda("cli-start", device, "time the CPU preset")
+    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _ in range(repeats):
+        for name, flags in VARIANTS.items():
+            seconds[name].append(one_start(device, flags, overrides))
+    file, experiment = PRESETS[device]
+    base = statistics.median(seconds["--no-preload"])
+    rows = [f"| {name} | {statistics.median(s):.1f} | {base / statistics.median(s):.2f}x | "
+            + ", ".join(f"{x:.1f}" for x in s) + " |" for name, s in seconds.items()]
+    return "\n".join([
+        "### `rl-speed train`: seconds from launch to the first iteration's progress line", "",
+        f"Command: `rl-speed bench cli-start --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}"
+        f"{f' --config {json.dumps(overrides)!r}' if overrides else ''}` · "
+        f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `{file}`'s `{experiment}`, stopped after one "
+        "iteration; each start a fresh process, the variants alternating.", "",
+        "| variant | median (s) | speed-up vs --no-preload | each start (s) |", "|---|---:|---:|---|", *rows,
+    ])

@@ -1,0 +1,35 @@
+"""`rl-speed bench cli-start`: `rl-speed train`'s launch to its first progress line, with and without --no-preload."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.scaling import cli_start
+
+pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+
+
+def test_one_start_times_a_real_rl_speed_train_to_its_first_iteration():
+    seconds = cli_start.one_start("cpu", ["--no-preload"], {"num_envs_per_env_runner": 2,
+                                                           "rollout_fragment_length": 16, "minibatch_size": 32})
+    assert 1.0 < seconds < 300.0
+
+
+def test_a_start_that_fails_says_what_it_ran_and_shows_its_output():
+    with pytest.raises(RuntimeError, match=r"(?s)cli-start: `train .*--no-preload.*` failed \(rc 2\).*Error in"):
+        cli_start.one_start("cpu", ["--no-preload"], {"no_such_key": 1})
+
+
+def test_the_table_gives_both_variants_and_their_ratio(monkeypatch):
+    times = iter([10.0, 12.0, 11.0, 14.0, 9.0, 13.0])
+    monkeypatch.setattr(cli_start, "one_start", lambda device, flags, overrides: next(times))
+    table = cli_start.run(repeats=3)
+    assert "| modules preloaded (default) | 10.0 | 1.30x | 10.0, 11.0, 9.0 |" in table
+    assert "| --no-preload | 13.0 | 1.00x | 12.0, 14.0, 13.0 |" in table
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
+def test_device_cuda_without_a_gpu_is_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="cli-start --device cuda: this machine has no CUDA GPU"):
+        cli_start.run(repeats=1, device="cuda")
