@@ -1,7 +1,7 @@
 """A local Ray whose worker processes import the experiments' algorithm and env-runner modules before they take work.
 
-Every env runner (and, under Tune, every trial) is an actor. Ray places it on a worker process it prestarted, one per
-CPU, and only then does that process import the actor's class: RLlib, torch and rl_speed, seconds per process, and
+Every env runner (and, under Tune, every trial) is an actor. Ray places it on a worker process it started in advance,
+and only then does that process import the actor's class: RLlib, torch and rl_speed, seconds per process, and
 all the runners at once, after the driver has built their configs. Ray can have its workers import modules as soon
 as they start (its ``preload_python_modules`` setting), while the driver is still importing and building: on a
 16-core H200 box this brings the Pong preset's first iteration from 18.6 s to 15.7 s after process start (medians
@@ -23,7 +23,7 @@ def preload_modules(configs: Iterable[tuple[type, Any]]) -> list[str]:
     modules = set()
     for algo_class, config in configs:
         modules.add(algo_class.__module__)
-        if getattr(config, "env_runner_cls", None) is not None:
+        if config.env_runner_cls is not None:
             modules.add(config.env_runner_cls.__module__)
         else:  # RLlib's own runner, chosen when the algorithm builds
             modules.add("ray.rllib.env.multi_agent_env_runner" if config.is_multi_agent

@@ -7,7 +7,9 @@ noting when things happen) say when their worker process started, when their ``_
 done), when their envs and their module (on a runner with a GPU share: its CUDA context) were built and when they
 were ready; the driver's build ends after the last runner is ready with the spaces' probe, the learner's build and
 the first weight sync. Every time is seconds since the process started, on the host's monotonic clock. A variant
-may start Ray while another thread imports RLlib and torch (:class:`Variant`): the two are serial otherwise.
+may start Ray while another thread imports RLlib and torch (the two are serial otherwise), have Ray's workers import
+the runner's modules as they start (:mod:`rl_speed.ray_start`) and, on a GPU, create the driver's CUDA context in
+that thread (:class:`Variant`).
 Run: ``rl-speed bench atari-startup --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` builds the
 preset shrunk to this machine (a check, not a figure).
 """
@@ -77,7 +79,8 @@ def one_start(variant: Variant, device: str) -> dict:
     else:
         imports()
     preload = RUNNER_MODULES if variant.preload else ()
-    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0, preload=preload):  # a test's Ray, if one is up
+    # (a test's Ray, if one is up, is used as it is: then nothing is preloaded)
+    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0, preload=preload):
         driver["ray_up"] = time.monotonic() - start
         if beside is not None:
             beside.join()
