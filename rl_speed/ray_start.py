@@ -28,6 +28,7 @@ def preload_modules(configs: Iterable[tuple[type, Any]]) -> list[str]:
         else:  # RLlib's own runner, chosen when the algorithm builds
             modules.add("ray.rllib.env.multi_agent_env_runner" if config.is_multi_agent
                         else "ray.rllib.env.single_agent_env_runner")
+    modules.discard("__main__")  # a script's own classes: a worker cannot import the driver's script by that name
     return sorted(modules)
 
 

@@ -26,6 +26,8 @@ def test_preload_modules_are_the_algorithms_and_their_runners():
     assert preload_modules([(PPO, PPOConfig())]) == ["ray.rllib.algorithms.ppo.ppo",
                                                     "ray.rllib.env.single_agent_env_runner"]
     assert preload_modules([(PPO, multi)]) == ["ray.rllib.algorithms.ppo.ppo", "ray.rllib.env.multi_agent_env_runner"]
+    script_algo = type("MyPPO", (FastPPO,), {"__module__": "__main__"})  # a subclass defined in the user's script
+    assert preload_modules([(script_algo, FastPPOConfig())]) == ["rl_speed.env_runners.batched"]
 
 
 # In a fresh process with its own Ray (this session's Ray is another): an actor's first look at sys.modules.
