@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -147,7 +148,7 @@ def run_experiments(experiments: list[Experiment], storage_path: str | None, ver
 
 
 def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, verbose: bool,
-             preload: list[str] | None = None) -> None:
+             preload: Iterable[str] = ()) -> None:
     """Joins ``address``, or the cluster of the ``ray job`` we run in (RAY_ADDRESS), or starts a private local Ray
     whose workers import ``preload`` (:mod:`rl_speed.ray_start`) before they take work."""
     import ray
@@ -158,4 +159,4 @@ def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, ve
         ray.init(address=address, log_to_driver=verbose)
     else:
         # address="local" always starts a new Ray, never attaching to some other `ray start` on this machine.
-        init_local_ray(preload or (), num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)
+        init_local_ray(preload, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)

@@ -50,4 +50,3 @@ def test_the_table_gives_the_medians_and_every_start(monkeypatch):
     assert preset_rows[0].endswith("| 12.0 | 12.0 | 13.0 | 14.0 |")  # medians: ready, last ready, built, first
     assert [row.split(" | ")[1] for row in preset_rows[1:]] == ["1", "2", "3"]
     assert preset_rows[2].endswith("| 30.0 | 30.0 | 31.0 | 32.0 |")
-
