@@ -263,9 +263,11 @@ def section(directory: str, charts: str | None = None) -> str:
     task = GAMES[game]
     results: dict[str, list] = {c: [] for c in CONTENDERS}
     metas = [meta for _, meta in runs]
+    logs: dict[Path, list] = {}
     for folder, meta in runs:
         if meta.get("ran"):
-            results[meta["contender"]].append(JudgeFiles(str(folder), 0.0).read())
+            logs[folder] = JudgeFiles(str(folder), 0.0).read()
+            results[meta["contender"]].append(logs[folder])
     # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
     results = {c: logs for c, logs in results.items()
                if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
@@ -274,6 +276,7 @@ def section(directory: str, charts: str | None = None) -> str:
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
     lines += evaluation_lines(runs)
     lines += startup_lines(runs)
+    lines += run_table(runs, logs, task)
     unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
                         and any(path.glob("*.csv")) and not (path / "meta.json").exists())
     if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table
@@ -291,6 +294,30 @@ def section(directory: str, charts: str | None = None) -> str:
     lines.append(f"Runs: {len(metas)}; time cap {', '.join(f'{c:.0f} s' for c in caps)} per run; machines: "
                  + "; ".join(sorted({f"{m['machine']}, {m['cpus']} CPUs, {m['device']}" for m in metas})))
     return "\n\n".join(lines)
+
+
+def run_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], task: Task) -> list[str]:
+    """Each finished run's own row, so a study's per-seed table comes from the committed files: its time and env
+    steps to the target, its first iteration, its env steps/s over the whole run, its final greedy policy's mean."""
+    rows = []
+    for folder, meta in sorted(runs, key=lambda run: (run[1]["contender"], run[1]["seed"])):
+        if folder not in logs:
+            continue
+        hit = reached(logs[folder], task.target, task.window)
+        first = (meta.get("startup") or {}).get("first_iteration_s")
+        rate = meta["env_steps_sampled"] / meta["seconds"] if meta.get("env_steps_sampled") and meta.get("seconds") \
+            else None
+        path = folder / "evaluation.json"
+        greedy = " / ".join(f"{np.mean(policies['greedy']):.2f}" for _, policies in
+                            sorted(json.loads(path.read_text()).items())) if path.exists() else ""
+        rows.append(f"| {meta['contender']} | {meta['seed']} | {f'{hit[0]:.1f} s' if hit else 'not reached'} | "
+                    f"{f'{hit[1]:,}' if hit else ''} | {f'{first:.1f} s' if first is not None else ''} | "
+                    f"{f'{rate / 1000:.1f}k' if rate else ''} | {greedy} |")
+    if not rows:
+        return []
+    return ["\n".join(["| contender | seed | time to target | env steps to target | first iteration done | env steps/s "
+                       "over the run | final greedy policy, mean per sticky-action probability (low to high) |",
+                       "|---|---:|---:|---:|---:|---:|---:|", *rows])]
 
 
 def evaluation_lines(runs: list[tuple[Path, dict]]) -> list[str]:

@@ -33,7 +33,10 @@ def test_section_reads_each_contenders_files(tmp_path):
     _write_run(tmp_path, "SB3 PPO (zoo)", [], ran=False)
     _write_run(tmp_path, "SB3 DQN (zoo)", [], ran=False, why="its replay buffer does not fit")
     table = race_atari.section(str(tmp_path))
-    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    rows: dict[str, str] = {}
+    for line in table.splitlines():  # the race table's row per contender (the per-run rows come after it)
+        if line.startswith("| "):
+            rows.setdefault(line.split(" | ")[0].strip("| "), line)
     assert "124.0 (124.0-124.0) s" in rows["FastPPO (ours)"] and "25,000" in rows["FastPPO (ours)"]
     assert "not reached" in rows["PPO (ours)"] and "8.00" in rows["PPO (ours)"]
     assert "not run (extra not installed)" in rows["SB3 PPO (zoo)"]
@@ -362,3 +365,17 @@ def test_an_rllib_contender_starts_ray_with_its_algorithms_and_runners_modules_p
     meta = json.loads((tmp_path / "fastppo-ours-seed0" / "meta.json").read_text())
     assert asked == [["rl_speed.algorithms.fast_ppo", "rl_speed.env_runners.batched"]]
     assert meta["ray_preload"] == asked[0] and meta["ran"]
+
+
+def test_section_gives_each_runs_own_row_from_its_files(tmp_path):
+    winning = [(100.0 + i, 1000 * (i + 1), 19.0) for i in range(25)]  # the last 20 reach 18 at game 20
+    _write_run(tmp_path, "FastPPO (ours)", winning, seed=1)
+    _write_run(tmp_path, "FastPPO (ours)", [(100.0, 1000, -21.0)], seed=0)
+    folder = tmp_path / "fastppo-ours-seed1"
+    meta = json.loads((folder / "meta.json").read_text())
+    meta |= {"startup": {"first_iteration_s": 20.04}, "env_steps_sampled": 1_200_000, "seconds": 100.0}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    (folder / "evaluation.json").write_text(json.dumps({"0.25": {"greedy": [10.0, 12.0]}, "0.0": {"greedy": [21.0]}}))
+    rows = [line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastPPO (ours) | ")]
+    assert rows[1:] == ["| FastPPO (ours) | 0 | not reached |  |  |  |  |",
+                    "| FastPPO (ours) | 1 | 119.0 s | 20,000 | 20.0 s | 12.0k | 21.00 / 11.00 |"]
