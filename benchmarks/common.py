@@ -102,22 +102,23 @@ def check_cuda(bench: str, device: str, without_it: str) -> None:
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int, num_gpus: int | None = None, preload: tuple[str, ...] = ()) -> Iterator[None]:
+def local_ray(num_cpus: int, num_gpus: int | None = None, preload: tuple[str, ...] = ()) -> Iterator[bool]:
     """A private local Ray for a benchmark's run (``address="local"`` never attaches to another cluster), shut down
     after it; a caller's Ray (a test session's) is used as it is and left running. Also where RLlib would otherwise
     start a default Ray itself (it finds a GPU runner's or learner's device through Ray's runtime context).
-    ``preload``: modules its worker processes import before they take work (:mod:`rl_speed.ray_start`)."""
+    ``preload``: modules its worker processes import before they take work (:mod:`rl_speed.ray_start`). Yields
+    whether it started the Ray (False: the caller's, with nothing preloaded)."""
     import ray
 
     from rl_speed.ray_start import init_local_ray
 
     if ray.is_initialized():
-        yield
+        yield False
         return
     gpus = {} if num_gpus is None else {"num_gpus": num_gpus}
     init_local_ray(preload, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **gpus)
     try:
-        yield
+        yield True
     finally:
         ray.shutdown()
 

@@ -263,11 +263,11 @@ def section(directory: str, charts: str | None = None) -> str:
     task = GAMES[game]
     results: dict[str, list] = {c: [] for c in CONTENDERS}
     metas = [meta for _, meta in runs]
-    logs: dict[Path, list] = {}
+    run_logs: dict[Path, list] = {}  # each finished run's judge log, for the race table and the per-run rows
     for folder, meta in runs:
         if meta.get("ran"):
-            logs[folder] = JudgeFiles(str(folder), 0.0).read()
-            results[meta["contender"]].append(logs[folder])
+            run_logs[folder] = JudgeFiles(str(folder), 0.0).read()
+            results[meta["contender"]].append(run_logs[folder])
     # a contender with no run logged still gets its row, unless each of its runs says why it did not run (below)
     results = {c: logs for c, logs in results.items()
                if logs or any(m["contender"] == c and not m.get("why") for m in metas)}
@@ -276,7 +276,7 @@ def section(directory: str, charts: str | None = None) -> str:
     lines += [f"- {m['contender']}, seed {m['seed']}: not run: {m['why']}" for m in metas if m.get("why")]
     lines += evaluation_lines(runs)
     lines += startup_lines(runs)
-    lines += run_table(runs, logs, task)
+    lines += run_table(runs, run_logs, task)
     unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
                         and any(path.glob("*.csv")) and not (path / "meta.json").exists())
     if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table

@@ -33,10 +33,7 @@ def run(repeats: int = 8, device: str = "cpu", preset: str = "atari_ppo_gpu.yaml
     wanted = config.num_env_runners
     started, seconds = [], []
     preload = tuple(preload_modules([(experiment.algo_class, config)]))
-    import ray
-
-    own_ray = not ray.is_initialized()  # else local_ray uses the caller's Ray as it is: nothing preloaded
-    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0, preload=preload):
+    with local_ray(num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0, preload=preload) as own_ray:
         for _ in range(repeats):
             begin = time.monotonic()
             algo = config.build_algo()

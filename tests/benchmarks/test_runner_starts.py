@@ -15,14 +15,12 @@ def test_each_build_counts_its_healthy_runners(ray_session):
 
 
 def test_its_own_ray_preloads_what_rl_speed_train_preloads(monkeypatch):
-    import ray
-
     asked = {}
 
     @contextlib.contextmanager
     def fake_ray(num_cpus, num_gpus=None, preload=()):
         asked["preload"] = preload
-        yield
+        yield True
 
     class Refused(Exception):
         pass
@@ -31,7 +29,6 @@ def test_its_own_ray_preloads_what_rl_speed_train_preloads(monkeypatch):
         raise Refused
 
     monkeypatch.setattr(runner_starts, "local_ray", fake_ray)
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     from rl_speed.algorithms.fast_ppo import FastPPOConfig
 
     monkeypatch.setattr(FastPPOConfig, "build_algo", build_algo)
