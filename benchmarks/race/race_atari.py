@@ -62,6 +62,10 @@ BREAKOUT = Task("rl_speed/Atari-v0", 300.0, 10_000_000, zoo=ATARI_ZOO, env_confi
                 dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (five lives, one point or more per brick)")
 #: The games raced.
 GAMES = {"pong": PONG, "breakout": BREAKOUT}
+#: Per game, the last-20 means whose first crossing ``section`` reports per run in env steps: where a run's env steps
+#: go on the way to the target (Pong's first phase, leaving random play at about -15, varies little between seeds,
+#: so one seed of a variant already says whether it shortens that phase).
+MILESTONES = {"pong": (-15.0, -10.0, 0.0, 10.0, 15.0, 18.0), "breakout": (10.0, 30.0, 100.0, 200.0, 300.0)}
 CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)", "DQN (ours)", "SB3 DQN (zoo)")
 SB3_CONTENDERS = ("SB3 PPO (zoo)", "SB3 DQN (zoo)")
 
@@ -277,6 +281,7 @@ def section(directory: str, charts: str | None = None) -> str:
     lines += evaluation_lines(runs)
     lines += startup_lines(runs)
     lines += run_table(runs, run_logs, task)
+    lines += milestone_table(runs, run_logs, MILESTONES[game], task.window)
     unfinished = sorted(path.name for path in Path(directory).iterdir() if path.is_dir()
                         and any(path.glob("*.csv")) and not (path / "meta.json").exists())
     if unfinished:  # stopped, or refused after it started (e.g. an env runner failed to start): not in the table
@@ -318,6 +323,25 @@ def run_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], task: Task)
     return ["\n".join(["| contender | seed | time to target | env steps to target | first iteration done | env steps/s "
                        "over the run | final greedy policy, mean per sticky-action probability (low to high) |",
                        "|---|---:|---:|---:|---:|---:|---:|", *rows])]
+
+
+def milestone_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], levels: tuple[float, ...],
+                    window: int) -> list[str]:
+    """Each finished run's env steps (millions) at which its last-``window`` mean first reached each of ``levels``;
+    a run's ``--config`` overrides name the variant it ran."""
+    rows = []
+    for folder, meta in sorted(runs, key=lambda run: (run[1]["contender"], run[1]["seed"])):
+        if folder not in logs:
+            continue
+        hits = [reached(logs[folder], level, window) for level in levels]
+        overrides = json.dumps(meta["overrides"]) if meta.get("overrides") else "preset"
+        rows.append(f"| {meta['contender']} | {meta['seed']} | `{overrides}` | "
+                    + " | ".join(f"{hit[1] / 1e6:.2f}M" if hit else "" for hit in hits) + " |")
+    if not rows:
+        return []
+    head = "".join(f" {level:g} |" for level in levels)
+    return [f"Env steps at which each run's last-{window} mean first reached a level:",
+            "\n".join([f"| contender | seed | variant |{head}", "|---|---:|---|" + "---:|" * len(levels), *rows])]
 
 
 def evaluation_lines(runs: list[tuple[Path, dict]]) -> list[str]:

@@ -377,5 +377,23 @@ def test_section_gives_each_runs_own_row_from_its_files(tmp_path):
     (folder / "meta.json").write_text(json.dumps(meta))
     (folder / "evaluation.json").write_text(json.dumps({"0.25": {"greedy": [10.0, 12.0]}, "0.0": {"greedy": [21.0]}}))
     rows = [line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastPPO (ours) | ")]
-    assert rows[1:] == ["| FastPPO (ours) | 0 | not reached |  |  |  |  |",  # rows[0]: the race table's row
-                        "| FastPPO (ours) | 1 | 119.0 s | 20,000 | 20.0 s | 12.0k | 21.00 / 11.00 |"]
+    assert rows[1:3] == ["| FastPPO (ours) | 0 | not reached |  |  |  |  |",  # rows[0]: the race table's row
+                         "| FastPPO (ours) | 1 | 119.0 s | 20,000 | 20.0 s | 12.0k | 21.00 / 11.00 |"]
+
+
+def test_section_gives_each_runs_env_steps_to_each_level(tmp_path):
+    # game i scores -21 + i, at most 21, after 50,000 env steps a game: the last-20 mean after game i >= 19 is
+    # i - 30.5 until the scores reach 21 at game 42
+    climbing = [(10.0 * i, 50_000 * (i + 1), min(21.0, -21.0 + i)) for i in range(60)]
+    _write_run(tmp_path, "FastPPO (ours)", climbing, seed=0)
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 1000, -21.0)] * 25, seed=1)
+    folder = tmp_path / "fastppo-ours-seed0"
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps(meta | {"overrides": {"lr": 0.0005}}))
+    lines = race_atari.section(str(tmp_path)).splitlines()
+    assert "| contender | seed | variant | -15 | -10 | 0 | 10 | 15 | 18 |" in lines
+    rows = [line for line in lines if line.startswith("| FastPPO (ours) | ") and "`" in line]
+    # -15 at the first full window (game 19), -10 at game 21, 0 at 31, 10 at 41; then 15 at 46 and 18 at 51, the
+    # window holding scores of 21
+    assert rows == ['| FastPPO (ours) | 0 | `{"lr": 0.0005}` | 1.00M | 1.10M | 1.60M | 2.10M | 2.35M | 2.60M |',
+                    "| FastPPO (ours) | 1 | `preset` |  |  |  |  |  |  |"]
