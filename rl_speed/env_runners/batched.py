@@ -73,6 +73,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
     ``sample_columns()`` returns a :data:`rl_speed.columns.Columns` dict; ``sample()`` is RLlib's (episodes).
     """
 
+    #: Start the env's first (seeded) reset as soon as the env is built, where the env can do it in the background
+    #: (``prefetch_reset``, e.g. :class:`rl_speed_envs.atari.AtariVectorEnv`, whose seeded reset takes about 0.11 s
+    #: an emulator): the runner builds its module and the driver its learner meanwhile.
+    prefetch_first_reset = True
+
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
         set_runner_threads(config, kwargs.get("worker_index", 0))
@@ -106,6 +111,16 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             # RLlib's sample(), which steps every group together and honours all of it (checked only if its
             # sample_columns() is called).
             check_overlap_supported(self)
+
+    @override(SingleAgentEnvRunner)
+    def make_env(self) -> None:
+        super().make_env()
+        prefetch = getattr(self.env.unwrapped, "prefetch_reset", None)
+        # Not with a runner-side callback: RLlib calls on_episode_created before the env's reset, which a callback
+        # may rely on (e.g. to set the env up); the reset then happens where it always did.
+        if prefetch is not None and self.prefetch_first_reset and not configured_callbacks(self.config,
+                                                                                         self._callbacks):
+            prefetch(seed=self._seed)  # the seed of the first reset, in sample_columns() and in RLlib's sample()
 
     @functools.cached_property
     def _action_struct(self) -> Any:

@@ -209,3 +209,60 @@ def test_clip_rewards_clips_the_training_columns_not_the_episode_returns(setting
         assert runner.get_metrics()["episode_return_mean"].peek() < -200 * abs(low)  # raw 200-step returns
     finally:
         runner.stop()
+
+
+def _atari_runner(prefetch: bool = True, **callbacks):
+    rl_speed.register()
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+    from rl_speed.env_runners import BatchedEnvRunner
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    cls = BatchedEnvRunner if prefetch else type("NoPrefetch", (BatchedEnvRunner,), {"prefetch_first_reset": False})
+    config = (FastPPOConfig()
+              .environment("rl_speed/Atari-v0", env_config={"game": "pong", "max_num_frames_per_episode": 200})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=8,
+                           gym_env_vectorize_mode="vector_entry_point")
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic))
+              .callbacks(**callbacks)
+              .debugging(seed=3))
+    return cls(config=config)
+
+
+def test_the_first_seeded_reset_starts_with_the_env_and_changes_nothing_sampled():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    early, plain = _atari_runner(), _atari_runner(prefetch=False)
+    try:
+        env = early.env.unwrapped
+        assert env._prefetched is not None and plain.env.unwrapped._prefetched is None
+        resets = []
+        env._reset = lambda seed, reset=env._reset: resets.append(seed) or reset(seed)
+        plain.module.load_state_dict(early.module.state_dict())
+        got, expected = early.sample_columns(explore=False), plain.sample_columns(explore=False)
+        assert resets == []  # the first sample took the prefetched reset
+        for key in ("obs", "actions", "rewards", "valid"):
+            np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+        # RLlib's sample() (evaluation) starts over from the same seeded reset: the prefetched one, where unused
+        fresh = _atari_runner()
+        try:
+            first = [episode.get_observations(0) for episode in fresh.sample(num_timesteps=2, explore=False)]
+            again = [episode.get_observations(0) for episode in plain.sample(num_timesteps=2, explore=False)]
+            np.testing.assert_array_equal(np.stack(first), np.stack(again))
+        finally:
+            fresh.stop()
+    finally:
+        early.stop()
+        plain.stop()
+
+
+def test_a_runner_side_callback_keeps_the_first_reset_where_rllib_makes_it():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    created = []
+    runner = _atari_runner(on_episode_created=lambda **kwargs: created.append(kwargs["env_index"]))
+    try:
+        assert runner.env.unwrapped._prefetched is None  # on_episode_created runs before the env's reset, as in RLlib
+        runner.sample_columns(explore=False)
+        assert created
+    finally:
+        runner.stop()

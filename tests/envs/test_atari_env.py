@@ -211,3 +211,43 @@ def test_every_step_reports_the_games_unclipped_reward_and_its_end():
         env.close()
         plain.close()
         scalar.close()
+
+
+def test_a_prefetched_reset_gives_what_the_same_reset_gives_and_any_other_call_waits_for_it():
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    plain, early = AtariVectorEnv(2, lane_groups=2), AtariVectorEnv(2, lane_groups=2)
+    try:
+        expected = plain.reset(seed=7)[0]
+        early.prefetch_reset(seed=7)
+        assert np.array_equal(early.reset(seed=7)[0], expected)
+        actions = np.array([1, 2])
+        assert all(np.array_equal(a, b) for a, b in zip(plain.step(actions)[:4], early.step(actions)[:4]))
+        early.prefetch_reset(seed=7)
+        assert not np.array_equal(early.reset(seed=8)[0], expected)  # another seed: a reset of its own
+        early.prefetch_reset(seed=7)  # stepped without reset(): the step waits for the emulators' reset
+        plain.reset(seed=7)
+        assert all(np.array_equal(a, b) for a, b in zip(plain.step(actions)[:4], early.step(actions)[:4]))
+        early.prefetch_reset(seed=7)  # closed while it runs: close waits for it
+    finally:
+        plain.close()
+        early.close()
+
+
+def test_a_prefetched_reset_that_failed_raises_at_the_next_reset(monkeypatch):
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from rl_speed_envs.atari import AtariVectorEnv
+
+    env = AtariVectorEnv(1)
+    try:
+        def broken(seed):
+            raise RuntimeError("emulator gone")
+
+        monkeypatch.setattr(env, "_reset", broken)
+        env.prefetch_reset(seed=1)
+        with pytest.raises(RuntimeError, match="emulator gone"):
+            env.reset(seed=1)
+    finally:
+        monkeypatch.undo()
+        env.close()
