@@ -95,6 +95,7 @@ def one_start(variant: Variant, device: str) -> dict:
 
         rl_speed.register()
         _, config = preset("PPO", device=device)
+        config.debugging(seed=0)  # seeded as the race's runs (a seeded ale-py reset reloads each emulator's ROM)
         config.env_runners(env_runner_cls=TimedEnvRunner if variant.prefetch_reset else TimedEnvRunnerResettingLate)
         config.update_from_dict(variant.changes)
         algo = build_with_every_runner(config)
