@@ -14,7 +14,9 @@ weights, as a list of ``[T, N]`` column batches, the form FastPPO hands its lear
 it, exactly as FastPPO's training step calls ``learner_group.update`` (the preset's epochs, minibatches, shuffle and
 lr schedule). Rows alternate round by round; a row's figure is the median of ``repeats`` timed updates after
 ``WARMUP`` untimed ones (the capture, cuDNN's autotuning). ``--device cpu`` shrinks the batch and leaves out the
-GPU-only rows: it checks the bench, it does not time the preset.
+GPU-only rows: it checks the bench, it does not time the preset. The rows' learners share one process, so the seeded
+row's cuDNN flags are set around each of its updates only (``CUBLAS_WORKSPACE_CONFIG``, which RLlib's seeding sets
+too, is read once per process and is not in the row).
 
 ``rl-speed bench atari-dqn-learner`` (:func:`run_dqn`) does the same for FastDQN's Pong preset
 (``tuned_examples/atari_dqn_gpu.yaml``), whose learner bounds it (79-82% of an iteration, about 3.7 ms an update of
@@ -36,9 +38,13 @@ from typing import Any
 
 from benchmarks.common import check_cuda, interleaved, local_ray, machine
 
-#: Rows: config keys over the preset's.
+#: Rows: config keys over the preset's; keys starting with ``cudnn.`` are ``torch.backends.cudnn`` flags the row's
+#: updates run under (its warmup, hence its captured step, included). A seeded run (``config.seed``, as every race run
+#: is) runs under RLlib's ``set_torch_seed``: cuDNN deterministic, its autotuner off.
 CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
-             "bf16": {"mixed_precision": "bf16"}, "captured step off": {"cuda_graph": False}}
+             "bf16": {"mixed_precision": "bf16"}, "captured step off": {"cuda_graph": False},
+             "seeded (cuDNN deterministic)": {"cudnn.deterministic": True, "cudnn.benchmark": False}}
+FLAG_PREFIX = "cudnn."
 CPU_ROWS = {"preset": {}, "half minibatch": None}  # None: half the preset's (shrunk) minibatch
 WARMUP = 3
 LIFETIME = 1_000_000  #: env steps sampled so far, as the lr schedule reads it (the preset's lr at 1M steps)
@@ -76,9 +82,28 @@ def sample_batch(algo: Any) -> list[dict]:
     return batches
 
 
-def update(algo: Any, batches: list[dict]) -> None:
+def split_flags(changes: dict) -> tuple[dict, dict]:
+    """A row's config keys and its ``cudnn.`` flags (names without the prefix)."""
+    flags = {k[len(FLAG_PREFIX):]: v for k, v in changes.items() if k.startswith(FLAG_PREFIX)}
+    return {k: v for k, v in changes.items() if not k.startswith(FLAG_PREFIX)}, flags
+
+
+def update(algo: Any, batches: list[dict], flags: dict | None = None) -> None:
     """One ``learner_group.update`` as FastPPO's training step makes it (the learner may write into ``batches``:
-    pass a copy)."""
+    pass a copy), under ``flags`` (``torch.backends.cudnn``'s, restored after)."""
+    import torch
+
+    before = {name: getattr(torch.backends.cudnn, name) for name in flags or {}}
+    for name, value in (flags or {}).items():
+        setattr(torch.backends.cudnn, name, value)
+    try:
+        _update(algo, batches)
+    finally:
+        for name, value in before.items():
+            setattr(torch.backends.cudnn, name, value)
+
+
+def _update(algo: Any, batches: list[dict]) -> None:
     cfg = algo.config
     algo.learner_group.update(
         batch=batches, minibatch_size=cfg.minibatch_size, num_epochs=cfg.num_epochs,
@@ -93,23 +118,25 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
 
     rows = rows if rows is not None else (CUDA_ROWS if device == "cuda" else CPU_ROWS)
     algos: dict[str, Any] = {}
+    flags: dict[str, dict] = {}
     try:
         for name, changes in rows.items():
             if changes is None:  # CPU_ROWS' halved minibatch, relative to the first row's (the shrunk preset's)
                 changes = {"minibatch_size": max(1, next(iter(algos.values())).config.minibatch_size // 2)}
+            changes, flags[name] = split_flags(changes)
             algos[name] = build(device, changes, batch, epochs)
         data = sample_batch(next(iter(algos.values())))
         steps = env_steps(data)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        for algo in algos.values():
+        for name, algo in algos.items():
             for _ in range(WARMUP):
-                update(algo, copy.deepcopy(data))
+                update(algo, copy.deepcopy(data), flags[name])
         times: dict[str, list[float]] = {name: [] for name in algos}
         for name in interleaved(list(algos), repeats):
             copied = copy.deepcopy(data)  # outside the clock
             sync()
             start = time.perf_counter()
-            update(algos[name], copied)
+            update(algos[name], copied, flags[name])
             sync()
             times[name].append(time.perf_counter() - start)
         out = {}

@@ -107,3 +107,16 @@ def test_on_a_gpu_the_dqn_preset_replays_its_captured_step_from_gpu_replay(ray_s
         assert algo.learner_group._learner._step_graphs.replays > 0
     finally:
         algo.stop()
+
+
+def test_a_rows_cudnn_flags_hold_for_its_updates_only(monkeypatch):
+    seen = []
+    monkeypatch.setattr(atari_learner, "_update", lambda algo, batches: seen.append(
+        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)))
+    before = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    changes, flags = atari_learner.split_flags(atari_learner.CUDA_ROWS["seeded (cuDNN deterministic)"])
+    assert changes == {} and flags == {"deterministic": True, "benchmark": False}
+    atari_learner.update(None, [], flags)
+    atari_learner.update(None, [])
+    assert seen == [(True, False), before]
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == before
