@@ -15,7 +15,7 @@ it, exactly as FastPPO's training step calls ``learner_group.update`` (the prese
 lr schedule). Rows alternate round by round; a row's figure is the median of ``repeats`` timed updates after
 ``WARMUP`` untimed ones (the capture, cuDNN's autotuning). ``--device cpu`` shrinks the batch and leaves out the
 GPU-only rows: it checks the bench, it does not time the preset. The rows' learners share one process, so the seeded
-row's cuDNN flags are set around each of its updates only (``CUBLAS_WORKSPACE_CONFIG``, which RLlib's seeding sets
+row's backend flags are set around each of its updates only (``CUBLAS_WORKSPACE_CONFIG``, which RLlib's seeding sets
 too, is read once per process and is not in the row).
 
 ``rl-speed bench atari-dqn-learner`` (:func:`run_dqn`) does the same for FastDQN's Pong preset
@@ -38,13 +38,16 @@ from typing import Any
 
 from benchmarks.common import check_cuda, interleaved, local_ray, machine
 
-#: Rows: config keys over the preset's; keys starting with ``cudnn.`` are ``torch.backends.cudnn`` flags the row's
+#: Rows: config keys over the preset's; keys starting with ``torch.backends.`` are torch's backend flags the row's
 #: updates run under (its warmup, hence its captured step, included). A seeded run (``config.seed``, as every race run
-#: is) runs under RLlib's ``set_torch_seed``: cuDNN deterministic, its autotuner off.
+#: is) runs under RLlib's ``set_torch_seed``: cuDNN deterministic, its autotuner off. TF32 matmuls: torch leaves the
+#: policy's fully connected layers in full fp32 (its convolutions already use TF32 through cuDNN).
 CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
              "bf16": {"mixed_precision": "bf16"}, "captured step off": {"cuda_graph": False},
-             "seeded (cuDNN deterministic)": {"cudnn.deterministic": True, "cudnn.benchmark": False}}
-FLAG_PREFIX = "cudnn."
+             "seeded (cuDNN deterministic)": {"torch.backends.cudnn.deterministic": True,
+                                              "torch.backends.cudnn.benchmark": False},
+             "TF32 matmuls": {"torch.backends.cuda.matmul.allow_tf32": True}}
+FLAG_PREFIX = "torch.backends."
 CPU_ROWS = {"preset": {}, "half minibatch": None}  # None: half the preset's (shrunk) minibatch
 WARMUP = 3
 LIFETIME = 1_000_000  #: env steps sampled so far, as the lr schedule reads it (the preset's lr at 1M steps)
@@ -83,24 +86,33 @@ def sample_batch(algo: Any) -> list[dict]:
 
 
 def split_flags(changes: dict) -> tuple[dict, dict]:
-    """A row's config keys and its ``cudnn.`` flags (names without the prefix)."""
+    """A row's config keys and its backend flags (paths under ``torch.backends``, e.g. ``cudnn.deterministic``)."""
     flags = {k[len(FLAG_PREFIX):]: v for k, v in changes.items() if k.startswith(FLAG_PREFIX)}
     return {k: v for k, v in changes.items() if not k.startswith(FLAG_PREFIX)}, flags
 
 
-def update(algo: Any, batches: list[dict], flags: dict | None = None) -> None:
-    """One ``learner_group.update`` as FastPPO's training step makes it (the learner may write into ``batches``:
-    pass a copy), under ``flags`` (``torch.backends.cudnn``'s, restored after)."""
+def _flag(path: str) -> tuple[Any, str]:
+    """The object under ``torch.backends`` that holds the flag ``path`` names, and the flag's name."""
     import torch
 
-    before = {name: getattr(torch.backends.cudnn, name) for name in flags or {}}
-    for name, value in (flags or {}).items():
-        setattr(torch.backends.cudnn, name, value)
+    *parents, name = path.split(".")
+    holder = torch.backends
+    for parent in parents:
+        holder = getattr(holder, parent)
+    return holder, name
+
+
+def update(algo: Any, batches: list[dict], flags: dict | None = None) -> None:
+    """One ``learner_group.update`` as FastPPO's training step makes it (the learner may write into ``batches``:
+    pass a copy), under ``flags`` (torch's backend flags, restored after)."""
+    before = {path: getattr(*_flag(path)) for path in flags or {}}
+    for path, value in (flags or {}).items():
+        setattr(*_flag(path), value)
     try:
         _update(algo, batches)
     finally:
-        for name, value in before.items():
-            setattr(torch.backends.cudnn, name, value)
+        for path, value in before.items():
+            setattr(*_flag(path), value)
 
 
 def _update(algo: Any, batches: list[dict]) -> None:

@@ -109,14 +109,18 @@ def test_on_a_gpu_the_dqn_preset_replays_its_captured_step_from_gpu_replay(ray_s
         algo.stop()
 
 
-def test_a_rows_cudnn_flags_hold_for_its_updates_only(monkeypatch):
+def test_a_rows_backend_flags_hold_for_its_updates_only(monkeypatch):
+    def state():
+        return (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+                torch.backends.cuda.matmul.allow_tf32)
+
     seen = []
-    monkeypatch.setattr(atari_learner, "_update", lambda algo, batches: seen.append(
-        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)))
-    before = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    monkeypatch.setattr(atari_learner, "_update", lambda algo, batches: seen.append(state()))
+    before = state()
     changes, flags = atari_learner.split_flags(atari_learner.CUDA_ROWS["seeded (cuDNN deterministic)"])
-    assert changes == {} and flags == {"deterministic": True, "benchmark": False}
+    assert changes == {} and flags == {"cudnn.deterministic": True, "cudnn.benchmark": False}
     atari_learner.update(None, [], flags)
+    atari_learner.update(None, [], atari_learner.split_flags(atari_learner.CUDA_ROWS["TF32 matmuls"])[1])
     atari_learner.update(None, [])
-    assert seen == [(True, False), before]
-    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == before
+    assert seen == [(True, False, before[2]), (before[0], before[1], True), before]
+    assert state() == before
