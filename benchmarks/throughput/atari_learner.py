@@ -41,12 +41,15 @@ from benchmarks.common import check_cuda, interleaved, local_ray, machine
 #: Rows: config keys over the preset's; keys starting with ``torch.backends.`` are torch's backend flags the row's
 #: updates run under (its warmup, hence its captured step, included). A seeded run (``config.seed``, as every race run
 #: is) runs under RLlib's ``set_torch_seed``: cuDNN deterministic, its autotuner off. TF32 matmuls: torch leaves the
-#: policy's fully connected layers in full fp32 (its convolutions already use TF32 through cuDNN).
+#: policy's fully connected layers in full fp32 (its convolutions already use TF32 through cuDNN). Compiled
+#: forward_train: RLlib's ``torch_compile_learner`` (inductor; compiled in the warmup, before the capture), which fuses
+#: the forward's elementwise ops; the loss, backward and Adam stay as captured.
 CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
              "bf16": {"mixed_precision": "bf16"}, "captured step off": {"cuda_graph": False},
              "seeded (cuDNN deterministic)": {"torch.backends.cudnn.deterministic": True,
                                               "torch.backends.cudnn.benchmark": False},
-             "TF32 matmuls": {"torch.backends.cuda.matmul.allow_tf32": True}}
+             "TF32 matmuls": {"torch.backends.cuda.matmul.allow_tf32": True},
+             "compiled forward_train": {"torch_compile_learner": True}}
 FLAG_PREFIX = "torch.backends."
 CPU_ROWS = {"preset": {}, "half minibatch": None}  # None: half the preset's (shrunk) minibatch
 WARMUP = 3
