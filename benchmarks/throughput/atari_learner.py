@@ -143,9 +143,17 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
         data = sample_batch(next(iter(algos.values())))
         steps = env_steps(data)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        for name, algo in algos.items():
-            for _ in range(WARMUP):
-                update(algo, copy.deepcopy(data), flags[name])
+        failed: dict[str, str] = {}
+        for name, algo in list(algos.items())[1:]:  # a row that cannot run (e.g. no compiler for inductor) says why
+            try:
+                for _ in range(WARMUP):
+                    update(algo, copy.deepcopy(data), flags[name])
+            except Exception as e:  # noqa: BLE001 (reported in the row; the other rows still run)
+                failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                algos.pop(name).stop()
+        first = next(iter(algos))
+        for _ in range(WARMUP):  # the first row is the reference: its failure ends the bench
+            update(algos[first], copy.deepcopy(data), flags[first])
         times: dict[str, list[float]] = {name: [] for name in algos}
         for name in interleaved(list(algos), repeats):
             copied = copy.deepcopy(data)  # outside the clock
@@ -160,7 +168,7 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
             per_epoch = -(-steps // cfg.minibatch_size)
             out[name] = {"minibatch": cfg.minibatch_size, "steps": cfg.num_epochs * per_epoch, "batch": steps,
                          "seconds": statistics.median(times[name])}
-        return out
+        return {name: out.get(name, {"failed": failed.get(name)}) for name in rows if name in out or name in failed}
     finally:
         for algo in algos.values():
             algo.stop()
@@ -172,7 +180,8 @@ def run(repeats: int = 5, device: str = "cpu") -> str:
     with local_ray(num_cpus=1):  # RLlib finds a GPU learner's device through Ray's runtime context
         out = measure(device, repeats, batch=None if device == "cuda" else 256, epochs=None if device == "cuda" else 2)
     first = next(iter(out.values()))["seconds"]
-    rows = [f"| {name} | {m['minibatch']} | {m['steps']} | {m['seconds']:.3f} | "
+    rows = [f"| {name} | failed: {m['failed']} | | | | | |" if "failed" in m else
+            f"| {name} | {m['minibatch']} | {m['steps']} | {m['seconds']:.3f} | "
             f"{1e3 * m['seconds'] / m['steps']:.2f} | {first / m['seconds']:.2f}x | {m['batch'] / m['seconds']:,.0f} |"
             for name, m in out.items()]
     batch = next(iter(out.values()))["batch"]

@@ -124,3 +124,11 @@ def test_a_rows_backend_flags_hold_for_its_updates_only(monkeypatch):
     atari_learner.update(None, [])
     assert seen == [(True, False, before[2]), (before[0], before[1], True), before]
     assert state() == before
+
+
+def test_a_row_that_cannot_run_says_why_and_the_others_still_run(ray_session):
+    rows = {"preset": {}, "broken": {"torch.backends.nosuch.flag": True}, "half minibatch": None}
+    out = atari_learner.measure("cpu", repeats=1, rows=rows, batch=64, epochs=1)
+    assert list(out) == ["preset", "broken", "half minibatch"]
+    assert out["broken"] == {"failed": "AttributeError: module 'torch.backends' has no attribute 'nosuch'"}
+    assert out["preset"]["seconds"] > 0 and out["half minibatch"]["seconds"] > 0
