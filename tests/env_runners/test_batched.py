@@ -266,3 +266,26 @@ def test_a_runner_side_callback_keeps_the_first_reset_where_rllib_makes_it():
         assert created
     finally:
         runner.stop()
+
+
+def test_a_new_env_from_make_env_starts_from_the_seeded_reset_of_the_first():
+    # RLlib's documented flow: change the runner's env_config, call make_env(); its sample() then starts over from a
+    # reset seeded as the first one. The columnar path does the same.
+    rl_speed.register()
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rl_speed.env_runners import BatchedEnvRunner
+
+    config = (PPOConfig().environment("rl_speed/Snake-v0", env_config=ENV_CONFIG)
+              .env_runners(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=4, rollout_fragment_length=5,
+                           gym_env_vectorize_mode="vector_entry_point")
+              .debugging(seed=11))
+    runner = BatchedEnvRunner(config=config)
+    try:
+        first = runner.sample_columns()["obs"][0]
+        runner.sample_columns()
+        runner.make_env()
+        again = runner.sample_columns()  # (it raised "call reset() before step()" before the runner started over)
+        np.testing.assert_array_equal(again["obs"][0], first)
+    finally:
+        runner.stop()
