@@ -160,8 +160,8 @@ class AtariVectorEnv(VectorEnv):
         self._prefetched: tuple[int | None, threading.Thread, dict] | None = None
 
     def prefetch_reset(self, seed: int | None = None) -> None:
-        """Starts ``reset(seed=seed)`` in a thread and returns at once. The next ``reset`` with this seed and no
-        options returns its result; any other call on the env waits for it first."""
+        """Starts ``reset(seed=seed)`` in a thread and returns at once. The next ``reset`` with this seed returns its
+        result; any other call on the env waits for it first."""
         self._await_prefetched()
         out: dict = {}
 
@@ -187,8 +187,11 @@ class AtariVectorEnv(VectorEnv):
         return seed, out["reset"]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        if options:
+            raise ValueError(f"Atari: reset() takes no options (got {sorted(options)}); every lane is reset. Reset "
+                             "without options.")
         prefetched = self._await_prefetched()
-        if prefetched is not None and prefetched[0] == seed and options is None:
+        if prefetched is not None and prefetched[0] == seed:
             return prefetched[1]
         return self._reset(seed)
 

@@ -229,6 +229,8 @@ def test_a_prefetched_reset_gives_what_the_same_reset_gives_and_any_other_call_w
         early.prefetch_reset(seed=7)  # stepped without reset(): the step waits for the emulators' reset
         plain.reset(seed=7)
         assert all(np.array_equal(a, b) for a, b in zip(plain.step(actions)[:4], early.step(actions)[:4]))
+        with pytest.raises(ValueError, match=r"reset\(\) takes no options \(got \['reset_mask'\]\)"):
+            early.reset(seed=7, options={"reset_mask": np.array([True, False])})  # ale-py's, not honoured here
         early.prefetch_reset(seed=7)  # closed while it runs: close waits for it
     finally:
         plain.close()
