@@ -421,3 +421,18 @@ def test_fast_dqn_refuses_agents_with_different_spaces():
     with pytest.raises(ValueError, match=r"FastDQN: agents 'small' and 'big' have different observation spaces.*"
                                          r"FastPPO trains agents with different spaces"):
         config.validate()
+
+
+def test_a_new_env_from_make_env_is_the_one_sampled_from_its_reset(ray_session):
+    # RLlib's documented flow: change the runner's env_config, call make_env() (which closes the old env). The
+    # columnar path then steps the new env's copies from their reset, not the closed ones where it left off.
+    runner = MultiAgentBatchedEnvRunner(config=_turns_config(4))
+    try:
+        first = runner.sample_columns()[C.OBS]
+        runner.sample_columns()
+        runner.make_env()
+        again = runner.sample_columns()[C.OBS]
+        assert runner._envs == [env.unwrapped for env in runner.env.envs]
+        np.testing.assert_array_equal(again, first)
+    finally:
+        runner.stop()
