@@ -144,16 +144,16 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
         steps = env_steps(data)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         failed: dict[str, str] = {}
-        for name, algo in list(algos.items())[1:]:  # a row that cannot run (e.g. no compiler for inductor) says why
+        first = next(iter(algos))
+        for name, algo in list(algos.items()):  # a row that cannot run (e.g. no compiler for inductor) says why
             try:
                 for _ in range(WARMUP):
                     update(algo, copy.deepcopy(data), flags[name])
             except Exception as e:  # noqa: BLE001 (reported in the row; the other rows still run)
+                if name == first:  # the reference row: its failure ends the bench
+                    raise
                 failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
                 algos.pop(name).stop()
-        first = next(iter(algos))
-        for _ in range(WARMUP):  # the first row is the reference: its failure ends the bench
-            update(algos[first], copy.deepcopy(data), flags[first])
         times: dict[str, list[float]] = {name: [] for name in algos}
         for name in interleaved(list(algos), repeats):
             copied = copy.deepcopy(data)  # outside the clock
