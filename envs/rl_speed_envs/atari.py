@@ -279,7 +279,7 @@ class AtariEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
-        obs, _ = self._vector.reset(seed=seed)
+        obs, _ = self._vector.reset(seed=seed, options=options)  # which refuses options rather than ignore them
         return obs[0], {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:

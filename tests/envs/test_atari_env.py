@@ -66,6 +66,8 @@ def test_vector_form_frames_autoreset_and_scalar_form():
         vector.close()
         obs, reward, terminated, truncated, _ = scalar.step(0)
         assert obs.shape == (84, 84, 4) and isinstance(reward, float) and not terminated
+        with pytest.raises(ValueError, match=r"reset\(\) takes no options"):
+            scalar.reset(seed=3, options={"reset_mask": np.array([True])})
     finally:
         scalar.close()
     with pytest.raises(ValueError, match="could not start game 'nosuchgame'"):
