@@ -147,12 +147,11 @@ def evaluate_final_policy(algo: Any, env_config: dict, games: int, device: str =
     protocol of :func:`benchmarks.evaluate.atari_policy.protocols` (sticky actions as trained, and 0.25): the game
     scores by sticky-action probability and policy. The module plays on ``device`` (the driver's copy lives on the
     CPU, where one forward per step made a Breakout evaluation of stalling games outlast 8 minutes)."""
-    from benchmarks.evaluate.atari_policy import evaluate, protocols
+    from benchmarks.evaluate.atari_policy import evaluate_protocols, protocols
 
     module = algo.get_module().to(device)
-    return {str(sticky): {name: returns.tolist() for name, returns in evaluate(module, env_config, games,
-                                                                              sticky=sticky).items()}
-            for sticky in protocols(env_config)}
+    return {str(sticky): {name: returns.tolist() for name, returns in by_policy.items()}
+            for sticky, by_policy in evaluate_protocols(module, protocols(env_config), games).items()}
 
 
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",

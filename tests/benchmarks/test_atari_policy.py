@@ -65,3 +65,22 @@ def test_a_q_network_is_played_greedy_only():
     assert set(results) == {"greedy", "random"}
     for returns in results.values():
         assert returns.shape == (3,) and np.isfinite(returns).all() and (np.abs(returns) <= 21).all()
+
+
+def test_plays_at_once_score_what_they_score_one_by_one():
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    from benchmarks.common import random_policy
+    from benchmarks.evaluate.atari_policy import evaluate_protocols, module_policy, play, protocols
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    torch.manual_seed(0)
+    module = NatureActorCritic(observation_space=FRAMES, action_space=gym.spaces.Discrete(6), model_config={})
+    configs = protocols({**SHORT_PONG, "max_num_frames_per_episode": 400})  # sticky 0.0 and 0.25, 100 steps a game
+    at_once = evaluate_protocols(module, configs, episodes=3)
+    for sticky, config in configs.items():
+        one_by_one = {"greedy": play(module_policy(module, "greedy"), 3, config),
+                      "sampled": play(module_policy(module, "sample"), 3, config),
+                      "random": play(random_policy(6), 3, config)}
+        assert list(at_once[sticky]) == list(one_by_one)
+        for name, returns in one_by_one.items():
+            assert np.array_equal(at_once[sticky][name], returns), (sticky, name)
