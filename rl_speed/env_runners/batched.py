@@ -79,7 +79,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
     prefetch_first_reset = True
     #: The columnar path's next reset is seeded (``config.seed``, per worker): the first reset of every env the
     #: runner makes, as RLlib's runner seeds it.
-    _seed_columnar_reset = True
+    _seed_next_reset = True
 
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
@@ -121,7 +121,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # A new env (RLlib calls this again after a user changes env_config): the columnar path starts its episodes
         # from a seeded reset of it, as RLlib's sample() does.
         self._obs = None
-        self._seed_columnar_reset = True
+        self._seed_next_reset = True
         prefetch = getattr(self.env.unwrapped, "prefetch_reset", None)
         # Not with a runner-side callback: RLlib calls on_episode_created before the env's reset, which a callback
         # may rely on (e.g. to set the env up); the reset then happens where it always did.
@@ -161,8 +161,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 if callbacks is not None:
                     callbacks.before_reset()
                 # The first reset is seeded (config.seed, per worker), as RLlib's runner seeds its first one.
-                raw_obs, infos = self.env.reset(seed=self._seed if self._seed_columnar_reset else None)
-                self._seed_columnar_reset = False
+                raw_obs, infos = self.env.reset(seed=self._seed if self._seed_next_reset else None)
+                self._seed_next_reset = False
                 if callbacks is not None:
                     callbacks.after_reset(raw_obs, infos)
                 self._obs = connectors.apply(self._connectors, raw_obs, connectors.Step(np.ones(self.num_envs, bool)))

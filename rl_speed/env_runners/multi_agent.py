@@ -116,9 +116,9 @@ def check_multi_agent_env(env: MultiAgentEnv, name: str, turn_based: bool = Fals
 class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
     """See the module docstring. FastPPO and FastDQN use it for multi-agent configs (``config.multi_agent(...)``)."""
 
-    #: The columnar path's next reset is seeded (``config.seed``): the first reset of every env the runner makes, as
-    #: RLlib's runner seeds it.
-    _seed_columnar_reset = True
+    #: The columnar path's next round of resets is seeded (``config.seed``): the first of every env the runner makes,
+    #: as RLlib's runner seeds it; cleared once every copy has reset (:meth:`_reset_copy`).
+    _seed_next_reset = True
 
     @override(MultiAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
@@ -146,7 +146,7 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         # A new env (RLlib calls this again after a user changes env_config; the old one is closed): the columnar
         # path builds its lanes on it and starts from a seeded reset, as RLlib's sample() does.
         self._obs = None
-        self._seed_columnar_reset = True
+        self._seed_next_reset = True
 
     def _build_lanes(self) -> None:
         envs = [e.unwrapped for e in self.env.envs]
@@ -195,8 +195,6 @@ class MultiAgentBatchedEnvRunner(MultiAgentEnvRunner):
         with self.metrics.log_time(SAMPLE_TIMER):
             if self._obs is None or force_reset:
                 self._build_lanes()
-                self._seed_next_reset = self._seed_columnar_reset  # (a new env's first reset: seeded)
-                self._seed_columnar_reset = False
                 for i, env in enumerate(self._envs):
                     self._reset_copy(i, env)
             self._columnar = True

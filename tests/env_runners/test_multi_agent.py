@@ -436,3 +436,19 @@ def test_a_new_env_from_make_env_is_the_one_sampled_from_its_reset(ray_session):
         np.testing.assert_array_equal(again, first)
     finally:
         runner.stop()
+
+
+def test_the_columnar_path_seeds_the_first_reset_of_each_env_the_runner_makes(ray_session, monkeypatch):
+    seeds = []
+    reset = TakeTurns.reset
+    monkeypatch.setattr(TakeTurns, "reset", lambda self, *, seed=None, options=None: (
+        seeds.append(seed), reset(self, seed=seed, options=options))[1])
+    runner = MultiAgentBatchedEnvRunner(config=_turns_config(8).debugging(seed=3))
+    try:
+        for _ in range(2):  # the runner's first env, then a new one from make_env() (RLlib's checker resets it too)
+            seeds.clear()
+            runner.sample_columns()  # episodes end within 8 steps: the later resets are the episodes' own
+            assert seeds[0] == 3 and seeds[1:] and all(s is None for s in seeds[1:]), seeds
+            runner.make_env()
+    finally:
+        runner.stop()
