@@ -240,8 +240,12 @@ def finish_rllib_run(algo: Any, result: dict, out: Path, meta: dict, start: floa
         meta["checkpoint"] = algo.save_to_path(str((out / "checkpoint").resolve()))
     write_meta(out, meta, start)
     if evaluate_games:
+        began = time.monotonic()
         evaluation = evaluate_final_policy(algo, game_config or {}, evaluate_games, device)
         (out / "evaluation.json").write_text(json.dumps(evaluation))
+        # what the evaluation costs a run after the clock (meta's "seconds" stays the run's)
+        meta["evaluation_s"] = time.monotonic() - began
+        (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
 def directory_runs(directory: str) -> list[tuple[Path, dict]]:

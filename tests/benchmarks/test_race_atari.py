@@ -193,6 +193,21 @@ def test_a_runs_result_is_kept_before_its_evaluation_and_a_rerun_clears_the_last
 
 
 
+def test_the_evaluations_time_is_recorded_beside_the_runs_own(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    def slow_evaluation(algo, game_config, games, device):
+        time.sleep(0.2)
+        return {"0.0": {"greedy": [21.0] * games}}
+
+    monkeypatch.setattr(race_atari, "evaluate_final_policy", slow_evaluation)
+    race_atari.finish_rllib_run(SimpleNamespace(), {"num_env_steps_sampled_lifetime": 7680}, tmp_path,
+                                {"seed": 0}, start=time.monotonic(), evaluate_games=2, game_config={"game": "pong"})
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["evaluation_s"] >= 0.2 and meta["seconds"] < 0.2  # the run's time is the clock's, not the evaluation's
+    assert json.loads((tmp_path / "evaluation.json").read_text()) == {"0.0": {"greedy": [21.0, 21.0]}}
+
+
 def test_a_rerun_replaces_the_last_runs_log_meta_and_evaluation(tmp_path):
     pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
     folder = tmp_path / "sb3-ppo-zoo-seed0"
