@@ -222,8 +222,10 @@ def train_until(algo: Any, files: JudgeFiles, task: Task, max_seconds: float, st
     return result
 
 
-def write_meta(out: Path, meta: dict, start: float) -> None:
-    meta["seconds"] = time.monotonic() - start
+def write_meta(out: Path, meta: dict, start: float | None = None) -> None:
+    """``meta`` into ``out/meta.json``; with ``start`` (the judge's clock's zero) first the run's ``seconds``."""
+    if start is not None:
+        meta["seconds"] = time.monotonic() - start
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
@@ -245,7 +247,7 @@ def finish_rllib_run(algo: Any, result: dict, out: Path, meta: dict, start: floa
         (out / "evaluation.json").write_text(json.dumps(evaluation))
         # what the evaluation costs a run after the clock (meta's "seconds" stays the run's)
         meta["evaluation_s"] = time.monotonic() - began
-        (out / "meta.json").write_text(json.dumps(meta, indent=1))
+        write_meta(out, meta)
 
 
 def directory_runs(directory: str) -> list[tuple[Path, dict]]:
