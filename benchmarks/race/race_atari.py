@@ -20,8 +20,10 @@ Contenders, on ``rl_speed/Atari-v0`` with ``game: pong`` (ale-py's preprocessing
 
 Every episode is a whole Pong game scored -21 to 21; a contender has reached the target when the mean of the last 20
 games reaches 18. ``--game breakout`` races the same contenders on Breakout (:data:`GAMES`): the presets' Breakout
-experiments, whole games of five lives, target 300 (a strong policy's score: CleanRL's PPO reaches about 400 after
-10M env steps), the same rl-zoo settings for SB3 (rl-zoo's ``atari`` entry covers every game). A directory holds one game's runs. Each contender runs in its own
+experiments, target 300 (a strong policy's score: CleanRL's PPO reaches about 400 after 10M env steps), the same
+rl-zoo settings for SB3 (rl-zoo's ``atari`` entry covers every game). Every Breakout contender trains with an episode
+per life (``life_episodes``: the game plays on, as rl-zoo's and CleanRL's wrappers end an episode at a lost life); the
+judge scores whole games of five lives. A directory holds one game's runs. Each contender runs in its own
 process (``python -m benchmarks.race.race_atari contender ...``) for at most ``max_seconds``. :func:`run` queues
 every (seed, contender) run and starts each on a free slot: on a host with several GPUs a slot is one GPU and an
 equal share of the CPUs (hyperthread siblings together), so runs go side by side and the next starts when one ends (a
@@ -58,7 +60,8 @@ ATARI_DQN_ZOO = {"buffer_size": 1_000_000, "learning_rate": 1e-4, "batch_size": 
                  "exploration_final_eps": 0.1, "n_timesteps": 10_000_000}
 PONG = Task("rl_speed/Atari-v0", 18.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "pong"},
             dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (-21 to 21)")
-BREAKOUT = Task("rl_speed/Atari-v0", 300.0, 10_000_000, zoo=ATARI_ZOO, env_config={"game": "breakout"},
+BREAKOUT = Task("rl_speed/Atari-v0", 300.0, 10_000_000, zoo=ATARI_ZOO,
+                env_config={"game": "breakout", "life_episodes": True},
                 dqn_zoo=ATARI_DQN_ZOO, returns="returns are whole games (five lives, one point or more per brick)")
 #: The games raced.
 GAMES = {"pong": PONG, "breakout": BREAKOUT}

@@ -223,6 +223,11 @@ class AtariVectorEnv(VectorEnv):
             actions = np.where(self._continuing[self._lanes(group)], 0, actions)
         self._groups[group].send(actions)
 
+    def group_info(self, group: int) -> dict:
+        """The ``game_reward`` and ``game_over`` of the step :meth:`recv_group` last received for lane group
+        ``group`` (``step()``'s info, for that group's lanes)."""
+        return self._infos[group]
+
     def recv_group(self, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Waits for the step :meth:`send_group` started: the group's observations, rewards (clipped to their sign
         with ``reward_clipping``), terminateds and truncateds."""

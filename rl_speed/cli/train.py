@@ -29,6 +29,8 @@ def progress_fields(result: dict) -> dict[str, float]:
         "env_steps": runners.get("num_env_steps_sampled_lifetime", nan),
         "env_steps_per_s": steps_this_iter / seconds,
         "return_mean": runners.get("episode_return_mean", nan),
+        # whole games' scores, where the env reports games (Atari; under life_episodes an episode is one life)
+        "game_return_mean": runners.get("game_return_mean", nan),
         "time_total_s": result.get("time_total_s", nan),
         # rl_speed's per-iteration profile (absent for stock algorithms): shares of the iteration's time per phase.
         **{f"{k}_share": result.get("rl_speed_profile", {}).get(f"{k}_share", nan) for k in PHASE_LABELS},
@@ -50,7 +52,10 @@ def _known(f: dict[str, float], key: str) -> bool:
 
 def format_progress(name: str, f: dict[str, float]) -> str:
     line = (f"{name} | iter {f['iteration']:,} | env steps {f['env_steps']:,.0f} | "
-            f"{f['env_steps_per_s']:,.0f} env steps/s | return {f['return_mean']:.3f} | {f['time_total_s']:.0f} s")
+            f"{f['env_steps_per_s']:,.0f} env steps/s | return {f['return_mean']:.3f} | ")
+    if _known(f, "game_return_mean"):
+        line += f"game {f['game_return_mean']:.2f} | "
+    line += f"{f['time_total_s']:.0f} s"
     shares = [f"{label} {f[f'{phase}_share']:.0%}" for phase, label in PHASE_LABELS.items()
               if _known(f, f"{phase}_share")]
     if shares:  # the algorithm reports where its time went (FastPPO: gae; FastDQN: replay)

@@ -16,7 +16,10 @@ after the other starts its episodes from a reset.
 
 Episode returns and lengths of the columnar path are accumulated in arrays and reported under RLlib's usual keys
 (``episode_return_mean``, ``episode_len_mean``, ``num_env_steps_sampled_lifetime``, ...), so Tune stop criteria,
-the progress line and dashboards work unchanged.
+the progress line and dashboards work unchanged. An env whose step infos report whole games (``game_reward`` and
+``game_over`` arrays, as rl_speed's Atari env does) also gets ``game_return_mean``: the mean unclipped score of the
+games finished, over the same window. Under ``life_episodes`` an episode is one life of a game, so that key, not
+``episode_return_mean``, holds the game's score (e.g. a Breakout preset's stop).
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ from rl_speed.env_runners.episode_callbacks import EpisodeCallbacks, configured_
 from rl_speed.env_runners.overlapped import check_overlap_supported, lane_groups, sample_overlapped
 from rl_speed.env_runners.stepping import (clip_rewards, module_actions, set_runner_threads, to_env_actions,
                                            write_step)
+
+#: The result key (under ``env_runners``) of the mean score of whole games, for envs whose infos report them.
+GAME_RETURN_MEAN = "game_return_mean"
 
 
 def bptt_horizon(config: Any) -> int:
@@ -93,6 +99,10 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._episode_start = np.full(n, time.perf_counter())
         self._finished: list[np.ndarray] = []  # [k, 3] (return, length, seconds) of episodes since last metrics
         self._num_finished = 0
+        # Whole games, for an env whose infos report them (several episodes a game under Atari's life_episodes)
+        self._game_return = np.zeros(n, dtype=np.float64)
+        self._finished_games: list[np.ndarray] = []
+        self._reports_games = False
         self.module.eval()  # this copy only acts; set once instead of on every forward call
         # Recurrent modules: the state of every lane, carried across sample_columns() calls, and which lanes' next
         # observation starts an episode (the state is reset there).
@@ -169,6 +179,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
                 self._resetting[:] = False
                 self._is_first[:] = True
                 self._episode_return[:] = 0.0
+                self._game_return[:] = 0.0
                 self._episode_len[:] = 0
                 self._episode_start[:] = time.perf_counter()
             self._columnar = True
@@ -244,6 +255,8 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             columns[C.TRUNCATEDS][t] = truncateds
             columns[C.VALID][t] = valid
             self._track_episodes(rewards, terminateds | truncateds, valid)
+            if isinstance(infos, dict) and "game_over" in infos:
+                self._track_games(infos["game_reward"], infos["game_over"])
             self._is_first = ~valid  # a reset step's next observation starts an episode
             obs = (connectors.apply(self._connectors, raw_obs, connectors.Step(self._is_first, actions, rewards))
                    if self._connectors else raw_obs)
@@ -292,6 +305,17 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             lengths[ended] = 0
             starts[ended] = now
 
+    def _track_games(self, game_reward: np.ndarray, game_over: np.ndarray, lanes: slice = slice(None)) -> None:
+        """Whole games' scores of one step of ``lanes``, as the env reports them: every step's ``game_reward`` counts
+        (also a reset step's, whose training reward an env may withhold), and ``game_over`` ends a game."""
+        self._reports_games = True
+        games = self._game_return[lanes]  # (a view)
+        games += game_reward
+        over = np.asarray(game_over, bool)
+        if over.any():
+            self._finished_games.append(games[over].copy())
+            games[over] = 0.0
+
     @override(SingleAgentEnvRunner)
     def get_metrics(self) -> dict:
         """Reports RLlib's episode keys with RLlib's meaning: statistics over the episodes finished since the last
@@ -323,3 +347,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             (EPISODE_LEN_MIN, lengths.min(), "min"), (EPISODE_LEN_MAX, lengths.max(), "max"),
         ):
             self.metrics.log_value(key, float(value), reduce=reduce, window=1)
+        if self._reports_games:
+            games = np.concatenate(self._finished_games)[-window:] if self._finished_games else np.array([np.nan])
+            self._finished_games.clear()
+            self.metrics.log_value(GAME_RETURN_MEAN, float(games.mean()), reduce="mean", window=1)

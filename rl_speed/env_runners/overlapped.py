@@ -83,6 +83,7 @@ def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bo
     clip = runner.config.clip_rewards
     clock = time.perf_counter
     waited = inference_seconds = 0.0
+    group_info = getattr(vec, "group_info", None)  # an env that reports whole games per group (rl_speed's Atari)
 
     def receive(g: int, t: int) -> None:
         """Group g's step t is done: its transition into the columns, its next observation into the runner."""
@@ -97,6 +98,9 @@ def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bo
         columns[C.TRUNCATEDS][t, lane] = truncateds
         columns[C.VALID][t, lane] = valid
         runner._track_episodes(rewards, terminateds | truncateds, valid, lane)
+        game = group_info(g) if group_info is not None else {}
+        if "game_over" in game:
+            runner._track_games(game["game_reward"], game["game_over"], lane)
         runner._is_first[lane] = ~valid
         runner._resetting[lane] = terminateds | truncateds
         _write_lanes(runner._obs, None, lane, obs)

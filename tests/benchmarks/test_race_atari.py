@@ -117,12 +117,14 @@ def test_rllib_contenders_are_the_presets_with_the_judged_env(tmp_path):
     for key in ("training_intensity", "n_step", "target_network_update_freq", "lr", "num_env_runners",
                 "num_envs_per_env_runner", "train_batch_size_per_learner"):
         assert getattr(stock_dqn, key) == getattr(dqn, key), key
-    # Breakout: the presets' Breakout experiments and their env_config, the same judged env. They train on clipped
-    # rewards: FastPPO's runner clips (clip_rewards), stock RLlib's new stack ignores that key, so its env clips.
+    # Breakout: the presets' Breakout experiments and their env_config, the same judged env, an episode per life for
+    # every contender. They train on clipped rewards: FastPPO's runner clips (clip_rewards), stock RLlib's new stack
+    # ignores that key, so its env clips.
     for contender, env_clips in (("FastPPO (ours)", False), ("PPO (ours)", True), ("DQN (ours)", True)):
         breakout = race_atari.rllib_contender_config(contender, files, seed=3, device="cuda", game="breakout")
         assert breakout.env == fast.env and breakout.seed == 3
-        assert breakout.env_config == {"game": "breakout", "reward_clipping": env_clips}, contender
+        assert breakout.env_config == {"game": "breakout", "reward_clipping": env_clips, "life_episodes": True}, \
+            contender
         assert env_clips or breakout.clip_rewards is True
 
 

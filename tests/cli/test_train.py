@@ -51,8 +51,11 @@ def test_progress_line_shows_where_fastppo_time_goes():
                                    "sync_weights_share": 0.02}}
     line = format_progress("x", progress_fields(result))
     assert "500 env steps/s" in line and "time: sample 50%, gae 10%, learn 38%, sync 2%" in line
+    assert "game" not in line  # an env that reports no whole games
     del result["rl_speed_profile"]
     assert "time:" not in format_progress("x", progress_fields(result))  # stock algorithms: no profile
+    result["env_runners"]["game_return_mean"] = 12.25  # Atari's whole games (an episode may be one life)
+    assert "| return 1.500 | game 12.25 | 6 s" in format_progress("x", progress_fields(result))
 
 
 def test_progress_line_shows_where_fastdqn_time_goes():

@@ -289,3 +289,53 @@ def test_a_new_env_from_make_env_starts_from_the_seeded_reset_of_the_first():
         np.testing.assert_array_equal(again["obs"][0], first)
     finally:
         runner.stop()
+
+
+def test_an_env_that_reports_no_games_gets_no_game_key():
+    runner = _runner()
+    try:
+        runner.sample_columns(random_actions=True)
+        assert "game_return_mean" not in runner.get_metrics()
+    finally:
+        runner.stop()
+
+
+def test_whole_games_score_as_the_races_judge_counts_them_when_an_episode_is_a_life():
+    """Under Atari's ``life_episodes`` an episode is one life and the game plays on: ``game_return_mean`` is the mean
+    score of the whole games finished, counted by the runner as the race's judge counts them on the same steps
+    (every step's ``game_reward``, a game ends at ``game_over``)."""
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from benchmarks.race.judge import EpisodeJudge, judged_id
+    from rl_speed.algorithms.fast_ppo import FastPPOConfig
+    from rl_speed.env_runners import BatchedEnvRunner
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    rl_speed.register()
+    EpisodeJudge.begin()
+    config = (FastPPOConfig()
+              .environment(judged_id("rl_speed/Atari-v0"), env_config={"game": "breakout", "life_episodes": True})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=256,
+                           gym_env_vectorize_mode="vector_entry_point")
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic))
+              .debugging(seed=0))
+    runner = BatchedEnvRunner(config=config)
+    try:
+        lives = 0
+        for _ in range(6):  # random play: a life lasts about 40-60 steps, a game five of them
+            lives += int(runner.sample_columns(random_actions=True)["terminateds"].sum())
+            if len(EpisodeJudge.log) >= 3:
+                break
+        games = [score for _, _, score in EpisodeJudge.log]
+        assert len(games) >= 3 and lives > len(games)
+        metrics = runner.get_metrics()
+        assert float(metrics["game_return_mean"]) == pytest.approx(np.mean(games))
+        assert float(metrics["episode_return_mean"]) < float(metrics["game_return_mean"])  # a life's, not a game's
+        runner.sample_columns(random_actions=True)
+        # the window restarts at each call, as the episode keys' does: the games finished since the last call
+        assert float(runner.get_metrics()["game_return_mean"]) == pytest.approx(
+            np.mean([score for _, _, score in EpisodeJudge.log[len(games):]]) if len(EpisodeJudge.log) > len(games)
+            else np.nan, nan_ok=True)
+    finally:
+        runner.stop()

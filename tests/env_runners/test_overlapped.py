@@ -52,9 +52,11 @@ def test_overlapped_groups_record_the_plain_loops_columns_and_episodes():
                 np.testing.assert_allclose(got[key], expected[key], rtol=1e-5, atol=1e-5, err_msg=f"{call} {key}")
         assert (~expected["valid"]).any()  # the rollouts crossed episode ends
         metrics = [runner.get_metrics() for runner in (plain, overlapped)]
-        for key in ("episode_return_mean", "episode_len_mean", "num_env_steps_sampled_lifetime"):
+        for key in ("episode_return_mean", "episode_len_mean", "num_env_steps_sampled_lifetime", "game_return_mean"):
             assert float(metrics[1][key]) == pytest.approx(float(metrics[0][key])), key
         assert float(metrics[0]["episode_len_mean"]) == 50
+        # a Pong game is one episode, its score the sum of its rewards (each +-1: clipped or not)
+        assert float(metrics[0]["game_return_mean"]) == pytest.approx(float(metrics[0]["episode_return_mean"]))
     finally:
         plain.stop()
         overlapped.stop()
