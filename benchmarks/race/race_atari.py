@@ -159,7 +159,7 @@ def evaluate_final_policy(algo: Any, env_config: dict, games: int, device: str =
 
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
                   game: str = "pong", overrides: dict | None = None, checkpoint: bool = False,
-                  evaluate_games: int = 0, start: float | None = None) -> None:
+                  evaluate_games: int = 0, start: float | None = None, full_time: bool = False) -> None:
     """One contender, one seed, one game: the judge's files and ``meta.json`` in
     ``directory/<contender>-seed<seed>``; with ``overrides`` (recorded in ``meta.json``) on the contender's settings,
     with ``checkpoint`` the final RLlib algorithm saved in ``checkpoint/`` there (for ``rl-speed bench
@@ -169,8 +169,12 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     runner started) and its first iteration done (``startup``): the share of the time to the target that is start.
     ``start``: the judge's clock's zero on the monotonic clock; the ``contender`` command passes its process's start
     (:func:`~benchmarks.race.judge.process_start`), so the interpreter's start and the imports count; by default the
-    call's moment (a caller in a longer-lived process, such as a test)."""
+    call's moment (a caller in a longer-lived process, such as a test). ``full_time``: an RLlib contender trains
+    the whole ``max_seconds`` past the target (the judge still logs when it was reached), so the evaluated policy is
+    the one a time budget buys, not the one at the target."""
     check_overrides(contender, overrides)
+    if full_time and contender in SB3_CONTENDERS:
+        raise ValueError(f"race_atari: --full-time applies to the RLlib contenders; {contender} stops at the target.")
     if evaluate_games and contender in SB3_CONTENDERS:
         raise ValueError(f"race_atari: --evaluate plays an RLlib module; {contender} has none.")
     out = Path(directory) / f"{slug(contender)}-seed{seed}"
@@ -184,6 +188,8 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
                             "clock": "call" if start is None else "process start"}  # older runs: no "clock"
     if overrides:
         meta["overrides"] = overrides
+    if full_time:
+        meta["full_time"] = True  # trained past the target to the cap
     if contender in SB3_CONTENDERS:
         why = run_sb3(contender, files, seed, max_seconds, device, game, overrides)
         meta["ran"] = why is None
@@ -204,7 +210,7 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         try:
             algo = build_with_every_runner(config)
             meta["startup"]["built_s"] = time.monotonic() - files.start
-            result = train_until(algo, files, GAMES[game], max_seconds, meta["startup"])
+            result = train_until(algo, files, GAMES[game], max_seconds, meta["startup"], full_time)
             finish_rllib_run(algo, result, out, meta, files.start, checkpoint, evaluate_games,
                              env_config(game, overrides), device)
             algo.stop()
@@ -212,15 +218,16 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
             ray.shutdown()
 
 
-def train_until(algo: Any, files: JudgeFiles, task: Task, max_seconds: float, startup: dict) -> dict:
-    """``algo.train()`` until the judge's games reach ``task``'s target or ``max_seconds`` have passed since the
-    judge's clock started; records when the first iteration ended in ``startup["first_iteration_s"]`` (the clock's
-    seconds). Returns the last result."""
+def train_until(algo: Any, files: JudgeFiles, task: Task, max_seconds: float, startup: dict,
+                full_time: bool = False) -> dict:
+    """``algo.train()`` until the judge's games reach ``task``'s target (unless ``full_time``) or ``max_seconds``
+    have passed since the judge's clock started; records when the first iteration ended in
+    ``startup["first_iteration_s"]`` (the clock's seconds). Returns the last result."""
     result: dict = {}
     while time.monotonic() - files.start < max_seconds:
         result = algo.train()
         startup.setdefault("first_iteration_s", time.monotonic() - files.start)
-        if reached(files.read(), task.target, task.window):
+        if not full_time and reached(files.read(), task.target, task.window):
             break
     return result
 
@@ -478,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--checkpoint", action="store_true", help="save the final algorithm in the run's checkpoint/")
     one.add_argument("--evaluate", type=int, default=0, metavar="GAMES",
                      help="play the final policy GAMES full games per protocol (sticky actions as trained and 0.25)")
+    one.add_argument("--full-time", action="store_true",
+                     help="RLlib contenders: train all --seconds, past the target (the evaluated policy is the cap's)")
     race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
     race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     race.add_argument("--first-seed", type=int, default=0)
@@ -500,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     rl_speed.register()
     if args.command == "contender":
         run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
-                      args.checkpoint, args.evaluate, start=process_start())
+                      args.checkpoint, args.evaluate, start=process_start(), full_time=args.full_time)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
                   args.first_seed, args.game, args.missing_only, args.evaluate))

@@ -352,6 +352,17 @@ def test_training_that_never_reaches_the_target_stops_at_the_cap(tmp_path):
     assert "first_iteration_s" in startup
 
 
+def test_full_time_trains_past_the_target_to_the_cap_and_sb3_is_refused_it(tmp_path):
+    files = JudgeFiles(str(tmp_path), time.monotonic())
+    algo = _FakeAlgo(files, 21.0)
+    race_atari.train_until(algo, files, race_atari.GAMES["pong"], 0.2, {}, full_time=True)
+    assert algo.calls > race_atari.GAMES["pong"].window and time.monotonic() - files.start >= 0.2
+    assert race_atari.reached(files.read(), 18.0)[1] == race_atari.GAMES["pong"].window * 100  # still judged
+    with pytest.raises(ValueError, match="--full-time applies to the RLlib contenders"):
+        race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path), "cpu", full_time=True)
+    assert not (tmp_path / "sb3-ppo-zoo-seed0").exists()  # refused before anything ran
+
+
 def test_section_reports_each_contenders_start_as_a_median_over_seeds(tmp_path):
     for seed, built in ((0, 20.0), (1, 24.0), (2, 22.0)):
         _write_run(tmp_path, "FastDQN (ours)", [(100.0, 1000, -21.0)], seed=seed)
