@@ -10,6 +10,8 @@ from benchmarks.scaling import cli_start
 pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
 
 
+@pytest.mark.slow  # a real rl-speed train start: about 21 s, in CI's slow selection
+@pytest.mark.ci
 def test_one_start_times_a_real_rl_speed_train_to_its_first_iteration():
     seconds = cli_start.one_start("cpu", ["--no-preload"], {"num_envs_per_env_runner": 2,
                                                            "rollout_fragment_length": 16, "minibatch_size": 32})

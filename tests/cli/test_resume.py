@@ -32,6 +32,7 @@ def _rows(trial: Path) -> list[dict]:
     return [json.loads(line) for line in open(trial / "result.json") if line.strip()]
 
 
+@pytest.mark.slow  # two CLI starts and 12 iterations: about 55 s, in CI's slow selection
 @pytest.mark.ci
 def test_stopped_run_resumes_from_its_last_checkpoint(tmp_path, cli_env):
     path, storage = _experiment_file(tmp_path), tmp_path / "results"
