@@ -255,8 +255,7 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             columns[C.TRUNCATEDS][t] = truncateds
             columns[C.VALID][t] = valid
             self._track_episodes(rewards, terminateds | truncateds, valid)
-            if isinstance(infos, dict) and "game_over" in infos:
-                self._track_games(infos["game_reward"], infos["game_over"])
+            self._track_games(infos)
             self._is_first = ~valid  # a reset step's next observation starts an episode
             obs = (connectors.apply(self._connectors, raw_obs, connectors.Step(self._is_first, actions, rewards))
                    if self._connectors else raw_obs)
@@ -305,13 +304,16 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             lengths[ended] = 0
             starts[ended] = now
 
-    def _track_games(self, game_reward: np.ndarray, game_over: np.ndarray, lanes: slice = slice(None)) -> None:
-        """Whole games' scores of one step of ``lanes``, as the env reports them: every step's ``game_reward`` counts
-        (also a reset step's, whose training reward an env may withhold), and ``game_over`` ends a game."""
+    def _track_games(self, infos: Any, lanes: slice = slice(None)) -> None:
+        """Whole games' scores of one step of ``lanes``, where the step's ``infos`` (a dict of arrays) report them:
+        every step's ``game_reward`` counts (also a reset step's, whose training reward an env may withhold), and
+        ``game_over`` ends a game. Infos without them: nothing."""
+        if not isinstance(infos, dict) or "game_over" not in infos:
+            return
         self._reports_games = True
         games = self._game_return[lanes]  # (a view)
-        games += game_reward
-        over = np.asarray(game_over, bool)
+        games += infos["game_reward"]
+        over = np.asarray(infos["game_over"], bool)
         if over.any():
             self._finished_games.append(games[over].copy())
             games[over] = 0.0

@@ -98,9 +98,8 @@ def sample_overlapped(runner: Any, steps: int, explore: bool, random_actions: bo
         columns[C.TRUNCATEDS][t, lane] = truncateds
         columns[C.VALID][t, lane] = valid
         runner._track_episodes(rewards, terminateds | truncateds, valid, lane)
-        game = group_info(g) if group_info is not None else {}
-        if "game_over" in game:
-            runner._track_games(game["game_reward"], game["game_over"], lane)
+        if group_info is not None:
+            runner._track_games(group_info(g), lane)
         runner._is_first[lane] = ~valid
         runner._resetting[lane] = terminateds | truncateds
         _write_lanes(runner._obs, None, lane, obs)
