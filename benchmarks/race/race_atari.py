@@ -328,16 +328,18 @@ def run_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], task: Task)
         rate = meta["env_steps_sampled"] / meta["seconds"] if meta.get("env_steps_sampled") and meta.get("seconds") \
             else None
         path = folder / "evaluation.json"
-        greedy = " / ".join(f"{np.mean(policies['greedy']):.2f}" for _, policies in
-                            sorted(json.loads(path.read_text()).items())) if path.exists() else ""
+        evaluation = sorted(json.loads(path.read_text()).items()) if path.exists() else []
+        greedy, sampled = (" / ".join(f"{np.mean(policies[policy]):.2f}" for _, policies in evaluation
+                                      if policy in policies) for policy in ("greedy", "sampled"))
         rows.append(f"| {meta['contender']} | {meta['seed']} | {f'{hit[0]:.1f} s' if hit else 'not reached'} | "
                     f"{f'{hit[1]:,}' if hit else ''} | {f'{first:.1f} s' if first is not None else ''} | "
-                    f"{f'{rate / 1000:.1f}k' if rate else ''} | {greedy} |")
+                    f"{f'{rate / 1000:.1f}k' if rate else ''} | {greedy} | {sampled} |")
     if not rows:
         return []
     return ["\n".join(["| contender | seed | time to target | env steps to target | first iteration done | env steps/s "
-                       "over the run | final greedy policy, mean per sticky-action probability (low to high) |",
-                       "|---|---:|---:|---:|---:|---:|---:|", *rows])]
+                       "over the run | final greedy policy, mean per sticky-action probability (low to high) | "
+                       "final sampled policy, the same |",
+                       "|---|---:|---:|---:|---:|---:|---:|---:|", *rows])]
 
 
 def milestone_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], levels: tuple[float, ...],
@@ -360,22 +362,26 @@ def milestone_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], level
 
 
 def evaluation_lines(runs: list[tuple[Path, dict]]) -> list[str]:
-    """Per contender with evaluated runs (``evaluation.json``): the median over its seeds of the final greedy
-    policy's mean score under each sticky-action probability."""
-    scores: dict[str, dict[str, list[float]]] = {}
+    """Per contender with evaluated runs (``evaluation.json``): the median over its seeds of the final policy's mean
+    score under each sticky-action probability, played greedy and sampled (PPO's own policy samples its actions)."""
+    scores: dict[str, dict[str, dict[str, list[float]]]] = {}
     for folder, meta in runs:
         path = folder / "evaluation.json"
         if path.exists():
             for sticky, policies in json.loads(path.read_text()).items():
-                scores.setdefault(meta["contender"], {}).setdefault(sticky, []).append(
-                    float(np.mean(policies["greedy"])))
-    def seeds(by_sticky: dict) -> str:
-        n = len(next(iter(by_sticky.values())))
-        return f"{n} seed" + ("s" if n != 1 else "")
-
-    return [f"- {contender}, final greedy policy (full games; median over {seeds(by_sticky)}): " + "; ".join(f"sticky actions {sticky}: {np.median(means):.2f}"
-                                   for sticky, means in sorted(by_sticky.items()))
-            for contender, by_sticky in scores.items()]
+                for policy in ("greedy", "sampled"):
+                    if policy in policies:
+                        scores.setdefault(meta["contender"], {}).setdefault(policy, {}).setdefault(sticky, []).append(
+                            float(np.mean(policies[policy])))
+    lines = []
+    for contender, by_policy in scores.items():
+        for policy, by_sticky in by_policy.items():
+            n = len(next(iter(by_sticky.values())))
+            seeds = f"{n} seed" + ("s" if n != 1 else "")
+            lines.append(f"- {contender}, final {policy} policy (full games; median over {seeds}): "
+                         + "; ".join(f"sticky actions {sticky}: {np.median(means):.2f}"
+                                           for sticky, means in sorted(by_sticky.items())))
+    return lines
 
 
 def startup_lines(runs: list[tuple[Path, dict]]) -> list[str]:

@@ -170,12 +170,14 @@ def test_final_policy_is_played_under_both_protocols_and_reported_per_contender(
     for seed, greedy in ((0, 1.0), (1, 3.0)):
         folder = tmp_path / f"fastppo-ours-seed{seed}"
         folder.mkdir()
-        (folder / "evaluation.json").write_text(json.dumps({"0.0": {"greedy": [greedy, greedy + 2]},
-                                                            "0.25": {"greedy": [-greedy, -greedy]}}))
+        (folder / "evaluation.json").write_text(json.dumps({"0.0": {"greedy": [greedy, greedy + 2], "sampled": [seed]},
+                                                            "0.25": {"greedy": [-greedy, -greedy], "sampled": [5]}}))
         (folder / "meta.json").write_text(json.dumps({"contender": "FastPPO (ours)", "seed": seed}))
     lines = race_atari.evaluation_lines(race_atari.directory_runs(str(tmp_path)))
     assert lines == ["- FastPPO (ours), final greedy policy (full games; median over 2 seeds): sticky actions 0.0: "
-                     "3.00; sticky actions 0.25: -2.00"]
+                     "3.00; sticky actions 0.25: -2.00",
+                     "- FastPPO (ours), final sampled policy (full games; median over 2 seeds): sticky actions 0.0: "
+                     "0.50; sticky actions 0.25: 5.00"]
     with pytest.raises(ValueError, match="--evaluate plays an RLlib module"):
         race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path / "sb3"), evaluate_games=2)
 
@@ -403,10 +405,11 @@ def test_section_gives_each_runs_own_row_from_its_files(tmp_path):
     meta = json.loads((folder / "meta.json").read_text())
     meta |= {"startup": {"first_iteration_s": 20.04}, "env_steps_sampled": 1_200_000, "seconds": 100.0}
     (folder / "meta.json").write_text(json.dumps(meta))
-    (folder / "evaluation.json").write_text(json.dumps({"0.25": {"greedy": [10.0, 12.0]}, "0.0": {"greedy": [21.0]}}))
+    (folder / "evaluation.json").write_text(json.dumps({"0.25": {"greedy": [10.0, 12.0], "sampled": [9.0]},
+                                                        "0.0": {"greedy": [21.0], "sampled": [20.0, 19.0]}}))
     rows = [line for line in race_atari.section(str(tmp_path)).splitlines() if line.startswith("| FastPPO (ours) | ")]
-    assert rows[1:3] == ["| FastPPO (ours) | 0 | not reached |  |  |  |  |",  # rows[0]: the race table's row
-                         "| FastPPO (ours) | 1 | 119.0 s | 20,000 | 20.0 s | 12.0k | 21.00 / 11.00 |"]
+    assert rows[1:3] == ["| FastPPO (ours) | 0 | not reached |  |  |  |  |  |",  # rows[0]: the race table's row
+                         "| FastPPO (ours) | 1 | 119.0 s | 20,000 | 20.0 s | 12.0k | 21.00 / 11.00 | 19.50 / 9.00 |"]
 
 
 def test_section_gives_each_runs_env_steps_to_each_level(tmp_path):
