@@ -18,8 +18,9 @@ Episode returns and lengths of the columnar path are accumulated in arrays and r
 (``episode_return_mean``, ``episode_len_mean``, ``num_env_steps_sampled_lifetime``, ...), so Tune stop criteria,
 the progress line and dashboards work unchanged. An env whose step infos report whole games (``game_reward`` and
 ``game_over`` arrays, as rl_speed's Atari env does) also gets ``game_return_mean``: the mean unclipped score of the
-games finished, over the same window. Under ``life_episodes`` an episode is one life of a game, so that key, not
-``episode_return_mean``, holds the game's score (e.g. a Breakout preset's stop).
+games finished, over the same window, on both paths (RLlib's ``sample()``, so evaluation too: RLlib reports its
+episode keys there, the runner adds the games). Under ``life_episodes`` an episode is one life of a game, so that
+key, not ``episode_return_mean``, holds the game's score (e.g. a Breakout preset's stop).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 import tree
 
 from gymnasium.wrappers.vector import DictInfoToList
+from ray.rllib.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
@@ -151,6 +153,21 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         self._needs_initial_reset |= self._obs is not None  # the columnar path moved the env on: start over
         self._obs = None  # and the next sample_columns() starts from a reset too
         return super().sample(**kwargs)
+
+    @override(EnvRunner)
+    def _try_env_reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, Any]:
+        """RLlib's ``sample()`` resets the env here: every lane's game starts anew."""
+        self._game_return[:] = 0.0
+        return super()._try_env_reset(seed=seed, options=options)
+
+    @override(EnvRunner)
+    def _try_env_step(self, actions: Any) -> Any:
+        """RLlib's ``sample()`` steps the env here (the columnar path steps it itself): whole games are counted from
+        the step's infos, one dict per lane there (RLlib's ``DictInfoToList``), as on the columnar path."""
+        results = super()._try_env_step(actions)
+        if results != ENV_STEP_FAILURE:  # (as RLlib tests it)
+            self._track_games(results[4])
+        return results
 
     def sample_columns(self, *, num_timesteps: int | None = None, explore: bool | None = None,
                        random_actions: bool = False, force_reset: bool = False) -> Columns:
@@ -305,9 +322,12 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             starts[ended] = now
 
     def _track_games(self, infos: Any, lanes: slice = slice(None)) -> None:
-        """Whole games' scores of one step of ``lanes``, where the step's ``infos`` (a dict of arrays) report them:
-        every step's ``game_reward`` counts (also a reset step's, whose training reward an env may withhold), and
-        ``game_over`` ends a game. Infos without them: nothing."""
+        """Whole games' scores of one step of ``lanes``, where the step's ``infos`` (a dict of arrays, or one dict
+        per lane) report them: every step's ``game_reward`` counts (also a reset step's, whose training reward an
+        env may withhold), and ``game_over`` ends a game. Infos without them: nothing."""
+        if isinstance(infos, (list, tuple)) and infos and all("game_over" in info for info in infos):
+            infos = {"game_reward": np.array([info["game_reward"] for info in infos], np.float64),
+                     "game_over": np.array([info["game_over"] for info in infos], bool)}
         if not isinstance(infos, dict) or "game_over" not in infos:
             return
         self._reports_games = True
@@ -326,12 +346,23 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         sampling them. Episodes of RLlib's own ``sample()`` are reported by RLlib's code, as on any runner."""
         if self._columnar:
             self._log_column_episodes()
+        elif self._reports_games:  # RLlib's own sample() only: RLlib reports the episodes, the runner the games
+            self._log_games()
         return super().get_metrics()
 
-    def _log_column_episodes(self) -> None:
+    def _metrics_window(self) -> int:
         # As RLlib's runner: statistics over the episodes finished since the last call, at most the last
         # `metrics_num_episodes_for_smoothing / num_env_runners` of them; NaN in a call after which none finished.
-        window = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+        return max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+
+    def _log_games(self) -> None:
+        games = (np.concatenate(self._finished_games)[-self._metrics_window():] if self._finished_games
+                 else np.array([np.nan]))
+        self._finished_games.clear()
+        self.metrics.log_value(GAME_RETURN_MEAN, float(games.mean()), reduce="mean", window=1)
+
+    def _log_column_episodes(self) -> None:
+        window = self._metrics_window()
         recent = np.concatenate(self._finished)[-window:] if self._finished else np.zeros((0, 3))
         self._finished.clear()
         if len(recent):
@@ -350,6 +381,4 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         ):
             self.metrics.log_value(key, float(value), reduce=reduce, window=1)
         if self._reports_games:
-            games = np.concatenate(self._finished_games)[-window:] if self._finished_games else np.array([np.nan])
-            self._finished_games.clear()
-            self.metrics.log_value(GAME_RETURN_MEAN, float(games.mean()), reduce="mean", window=1)
+            self._log_games()

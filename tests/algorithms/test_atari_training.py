@@ -49,12 +49,16 @@ def test_fast_ppo_on_breakout_with_an_episode_per_life_and_clipping_in_the_runne
               .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=256)
               .training(train_batch_size_per_learner=512, minibatch_size=256, num_epochs=1)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic))
+              .evaluation(evaluation_interval=1, evaluation_num_env_runners=0, evaluation_duration=64,
+                          evaluation_duration_unit="timesteps")
               .debugging(seed=0))
     algo = config.build_algo()
     try:
         result = algo.train()
-        # whole games' scores reach the result beside the lives' returns (the GPU preset's Breakout stop reads it)
+        # whole games' scores reach the result beside the lives' returns (the GPU preset's Breakout stop reads it),
+        # from evaluation (RLlib's sample()) too
         assert "game_return_mean" in result["env_runners"]
+        assert "game_return_mean" in result["evaluation"]["env_runners"]
         columns = algo.env_runner.sample_columns()
         # Random play in 2 x 256 steps (seeds 0-11 of the env alone) ends 10-16 lives but only 1-2 whole games; 128
         # steps a lane left too little margin (5 lives once in CI), so the lanes run 256 steps and the runner is seeded.

@@ -300,11 +300,8 @@ def test_an_env_that_reports_no_games_gets_no_game_key():
         runner.stop()
 
 
-def test_whole_games_score_as_the_races_judge_counts_them_when_an_episode_is_a_life():
-    """Under Atari's ``life_episodes`` an episode is one life and the game plays on: ``game_return_mean`` is the mean
-    score of the whole games finished, counted by the runner as the race's judge counts them on the same steps
-    (every step's ``game_reward``, a game ends at ``game_over``)."""
-    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+def _breakout_life_runner(lanes: int):
+    """A Breakout runner whose episodes are lives, its env wrapped by the race's judge (which logs whole games)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from benchmarks.race.judge import EpisodeJudge, judged_id
@@ -316,11 +313,21 @@ def test_whole_games_score_as_the_races_judge_counts_them_when_an_episode_is_a_l
     EpisodeJudge.begin()
     config = (FastPPOConfig()
               .environment(judged_id("rl_speed/Atari-v0"), env_config={"game": "breakout", "life_episodes": True})
-              .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=256,
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=lanes, rollout_fragment_length=256,
                            gym_env_vectorize_mode="vector_entry_point")
               .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic))
               .debugging(seed=0))
-    runner = BatchedEnvRunner(config=config)
+    return BatchedEnvRunner(config=config)
+
+
+def test_whole_games_score_as_the_races_judge_counts_them_when_an_episode_is_a_life():
+    """Under Atari's ``life_episodes`` an episode is one life and the game plays on: ``game_return_mean`` is the mean
+    score of the whole games finished, counted by the runner as the race's judge counts them on the same steps
+    (every step's ``game_reward``, a game ends at ``game_over``)."""
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from benchmarks.race.judge import EpisodeJudge
+
+    runner = _breakout_life_runner(lanes=4)
     try:
         lives = 0
         for _ in range(6):  # random play: a life lasts about 40-60 steps, a game five of them
@@ -337,5 +344,26 @@ def test_whole_games_score_as_the_races_judge_counts_them_when_an_episode_is_a_l
         assert float(runner.get_metrics()["game_return_mean"]) == pytest.approx(
             np.mean([score for _, _, score in EpisodeJudge.log[len(games):]]) if len(EpisodeJudge.log) > len(games)
             else np.nan, nan_ok=True)
+    finally:
+        runner.stop()
+
+
+def test_rllibs_own_sample_path_also_reports_whole_games():
+    """Evaluation samples through RLlib's ``sample()`` (episode objects): RLlib reports a life's return there, and the
+    runner adds ``game_return_mean`` from the same infos, as the judge counts the games."""
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from benchmarks.race.judge import EpisodeJudge
+
+    runner = _breakout_life_runner(lanes=2)
+    try:
+        for _ in range(8):  # random play: a game is five lives of about 40-60 steps
+            runner.sample(num_timesteps=512, random_actions=True)
+            if len(EpisodeJudge.log) >= 2:
+                break
+        games = [score for _, _, score in EpisodeJudge.log]
+        assert len(games) >= 2
+        metrics = runner.get_metrics()
+        assert float(metrics["game_return_mean"]) == pytest.approx(np.mean(games))
+        assert float(metrics["episode_return_mean"]) < float(metrics["game_return_mean"])  # RLlib's: a life's
     finally:
         runner.stop()
