@@ -335,10 +335,9 @@ def test_whole_games_score_as_the_races_judge_counts_them_when_an_episode_is_a_l
             if len(EpisodeJudge.log) >= 3:
                 break
         games = [score for _, _, score in EpisodeJudge.log]
-        assert len(games) >= 3 and lives > len(games)
-        metrics = runner.get_metrics()
-        assert float(metrics["game_return_mean"]) == pytest.approx(np.mean(games))
-        assert float(metrics["episode_return_mean"]) < float(metrics["game_return_mean"])  # a life's, not a game's
+        assert len(games) >= 3 and lives > len(games)  # the episodes are lives
+        # (random play's scores are often all 0: the games' mean is checked against the judge's, not against a life's)
+        assert float(runner.get_metrics()["game_return_mean"]) == pytest.approx(np.mean(games))
         runner.sample_columns(random_actions=True)
         # the window restarts at each call, as the episode keys' does: the games finished since the last call
         assert float(runner.get_metrics()["game_return_mean"]) == pytest.approx(
@@ -356,14 +355,14 @@ def test_rllibs_own_sample_path_also_reports_whole_games():
 
     runner = _breakout_life_runner(lanes=2)
     try:
+        lives = 0
         for _ in range(8):  # random play: a game is five lives of about 40-60 steps
-            runner.sample(num_timesteps=512, random_actions=True)
+            lives += sum(episode.is_done for episode in runner.sample(num_timesteps=512, random_actions=True))
             if len(EpisodeJudge.log) >= 2:
                 break
         games = [score for _, _, score in EpisodeJudge.log]
-        assert len(games) >= 2
-        metrics = runner.get_metrics()
-        assert float(metrics["game_return_mean"]) == pytest.approx(np.mean(games))
-        assert float(metrics["episode_return_mean"]) < float(metrics["game_return_mean"])  # RLlib's: a life's
+        assert len(games) >= 2 and lives > len(games)  # RLlib's episodes are lives here
+        # (random play's scores are often all 0: the games' mean is checked against the judge's, not against a life's)
+        assert float(runner.get_metrics()["game_return_mean"]) == pytest.approx(np.mean(games))
     finally:
         runner.stop()
