@@ -260,6 +260,10 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
 
             algo_config.rl_module(rl_module_spec=RLModuleSpec(module_class=module_class))
         algo_config.validate()  # RLlib's own checks (e.g. minibatch_size <= train_batch_size_per_learner)
+        from rl_speed.algorithms.config import ColumnarConfigMixin, check_model_config_keys
+
+        if not isinstance(algo_config, ColumnarConfigMixin):  # (a columnar config's validate() checked them)
+            check_model_config_keys(algo_config, algo_class.__name__)  # stock PPO on one of rl_speed's modules
     except Exception as e:
         problem = str(e).split("\nTo suppress all validation errors")[0].strip()
         raise ExperimentFileError(source, f"{name}.config", f"{algo_class.__name__} rejected the config: {problem}",

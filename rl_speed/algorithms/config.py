@@ -100,6 +100,7 @@ class ColumnarConfigMixin:
         check_optimizer_step_keys(self, name)
         check_cuda_graph_keys(self, name)
         check_learner_class(self, name)
+        check_model_config_keys(self, name)
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":
             self._value_error(f"{name}: `batch_mode` must be 'truncate_episodes' for training (columns have a fixed "
                               "length); evaluation may use 'complete_episodes' (it samples RLlib's episodes).")
@@ -389,3 +390,65 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
                         "leave `torch_compile_learner_dynamo_mode` unset")
     if problems:
         config._value_error(f"{name}: `cuda_graph: true` cannot be used here: " + "; ".join(problems) + ".")
+
+
+def check_model_config_keys(config: Any, name: str) -> None:
+    """Each ``model_config`` key a user set must be one the chosen module reads: rl_speed's own modules declare the
+    keys they read (``model_config_keys``: key -> None for any value, or the values the module implements), and a key
+    they do not read would change nothing, silently (RLlib's ``conv_filters`` on the Nature CNN, say). A module may
+    add rules between keys (``check_model_config``). RLlib's modules and a user's own (a class that does not declare
+    its keys itself, a subclass of ours included) read what they read and are not checked."""
+    for module_class, model_config in modules_and_model_configs(config):
+        declared = module_class.__dict__.get("model_config_keys")
+        if declared is None:
+            continue
+        given = _user_keys(model_config)
+        label = module_class.__name__
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            config._value_error(f"{name}: `model_config` keys {unknown} are not read by {label}, so they would "
+                                f"change nothing; it reads {', '.join(declared)}. Remove them, or use a module that "
+                                "reads them (RLlib's default module reads RLlib's keys).")
+        for key, values in declared.items():
+            if values is not None and key in given and given[key] not in values:
+                config._value_error(f"{name}: `model_config.{key}`={given[key]!r} is not what {label} implements "
+                                    f"({' or '.join(map(repr, values))}); remove the key or set it so.")
+        rules = module_class.__dict__.get("check_model_config")
+        problem = rules.__func__(given) if rules is not None else None
+        if problem:
+            config._value_error(f"{name}: {label}: {problem}")
+
+
+def modules_and_model_configs(config: Any) -> list[tuple[type, Any]]:
+    """(module class, the model_config it is built with as the user gave it) for the config's module(s): a module
+    spec's own ``model_config`` replaces the config's, as RLlib builds it."""
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+
+    spec = config._rl_module_spec
+    if spec is None or (getattr(spec, "module_class", None) is None and not isinstance(spec, MultiRLModuleSpec)):
+        try:
+            spec = config.get_default_rl_module_spec()
+        except Exception:  # (an algorithm without a default module: nothing to check)
+            return []
+    specs = [spec]
+    if isinstance(spec, MultiRLModuleSpec):
+        inner = spec.rl_module_specs
+        specs = list(inner.values()) if isinstance(inner, dict) else [inner] if inner is not None else []
+    return [(s.module_class, s.model_config if s.model_config is not None else config._model_config)
+            for s in specs if isinstance(getattr(s, "module_class", None), type)]
+
+
+def _user_keys(model_config: Any) -> dict:
+    """The keys a user set: a dict as given, or a ``DefaultModelConfig``'s fields that differ from its defaults
+    (RLlib's algorithm-level defaults, such as PPO's ``vf_share_layers``, are added later and are not the user's)."""
+    import dataclasses
+
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    if model_config is None:
+        return {}
+    if isinstance(model_config, DefaultModelConfig):
+        defaults = DefaultModelConfig()
+        return {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)
+                if getattr(model_config, f.name) != getattr(defaults, f.name)}
+    return dict(model_config)

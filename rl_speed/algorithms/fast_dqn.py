@@ -51,7 +51,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_speed import columns as C
-from rl_speed.algorithms.config import ColumnarConfigMixin, make_probe_env, probe_spaces
+from rl_speed.algorithms.config import ColumnarConfigMixin, make_probe_env, modules_and_model_configs, probe_spaces
 from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, sync_weights_if_due
 from rl_speed.algorithms.telemetry import PhaseTimer, lock_metrics_for_parallel_evaluation
 from rl_speed.buffers import BatchedReplayBuffer
@@ -169,6 +169,14 @@ class FastDQNConfig(ColumnarConfigMixin, DQNConfig):
                               f"be one of {', '.join(map(repr, IMPORTANCE_WEIGHTS))} ('batch', the default: divide by "
                               "the largest weight in the sampled batch; 'buffer': by the largest over the whole "
                               "buffer, as RLlib's prioritized buffer does).")
+        q_nets = [cls.__name__ for cls, _ in modules_and_model_configs(self) if issubclass(cls, QNetModule)]
+        if q_nets and self.num_atoms > 1:
+            self._value_error(f"FastDQN: `num_atoms`={self.num_atoms} asks for distributional Q-learning, but "
+                              f"{q_nets[0]} has one Q-value per action, no distribution; set `num_atoms: 1`, or "
+                              "use stock DQN (C51) or an RLModule of yours with a distributional head.")
+        if q_nets and self.noisy:
+            self._value_error(f"FastDQN: `noisy: true` asks for noisy layers, which {q_nets[0]} does not have (it "
+                              "explores epsilon-greedily under `epsilon`); set `noisy: false`.")
         if self.training_intensity is not None and self.training_intensity <= 0:
             self._value_error(f"FastDQN: `training_intensity`={self.training_intensity!r} must be > 0.")
         k = self.train_every_env_steps

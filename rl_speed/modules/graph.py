@@ -70,6 +70,9 @@ def mean_adjacency(edges: torch.Tensor, edge_mask: torch.Tensor, num_nodes: int)
 class GraphActorCritic(TorchRLModule, ValueFunctionAPI):
     """See the module docstring."""
 
+    #: What it reads from model_config (checked at config time); its heads share the message passing.
+    model_config_keys = {"hidden": None, "num_layers": None, "init_delete_mean": None, "vf_share_layers": (True,)}
+
     @override(TorchRLModule)
     def setup(self) -> None:
         cfg = self.model_config or {}

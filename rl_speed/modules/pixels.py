@@ -26,6 +26,10 @@ from rl_speed.modules.q_net import ObsPreprocessor
 class NatureActorCritic(CategoricalActorCritic):
     """See the module docstring."""
 
+    #: What it reads from model_config (checked at config time: rl_speed.algorithms.config.check_model_config_keys);
+    #: its policy and value heads share the encoder.
+    model_config_keys = {"fcnet_hiddens": None, "vf_share_layers": (True,)}
+
     @override(TorchRLModule)
     def setup(self) -> None:
         obs = self.observation_space

@@ -48,6 +48,9 @@ from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from rl_speed.modules.layers import ACTIVATIONS, cnn, mlp, nature_cnn
 
+#: model_config ``encoder`` values.
+ENCODERS = ("mlp", "cnn", "nature")
+
 
 class ObsPreprocessor(nn.Module):
     """Casts one observation ``Box`` to float on the module's device: one-hot for small-integer codes, /255 for
@@ -137,10 +140,13 @@ class QTorso(nn.Module):
         elif kind == "cnn" and len(self.pre.out_shape) == 3:
             self.encoder, dim = cnn(self.pre.out_shape, list(cfg.get("conv_channels", [32, 64])), hiddens,
                                      activation)
+        elif "conv_channels" in cfg:  # a CNN asked for, but the observations are not 2-D/3-D grids
+            raise ValueError(f"QNetModule: model_config `conv_channels` sizes a CNN, but observations of shape "
+                             f"{self.pre.shape} go to an MLP; remove `conv_channels`.")
         elif kind in ("mlp", "cnn"):
             self.encoder, dim = mlp(int(np.prod(self.pre.out_shape)), hiddens, activation)
         else:
-            raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use 'mlp', 'cnn' or 'nature'.")
+            raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use one of {ENCODERS}.")
         self.flatten_input = kind == "mlp"
         self.advantage = nn.Linear(dim, num_actions)
         self.value = nn.Linear(dim, 1) if cfg.get("dueling") else None
@@ -156,6 +162,25 @@ class QTorso(nn.Module):
 
 class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
     """A DQN Q-network for Box, Dict or Tuple observations and Discrete actions (see the module docstring)."""
+
+    #: What it reads from model_config (checked at config time: rl_speed.algorithms.config.check_model_config_keys).
+    model_config_keys = {key: None for key in ("encoder", "fcnet_hiddens", "fcnet_activation", "head_fcnet_hiddens",
+                                               "conv_channels", "batch_norm", "dueling", "double_q", "epsilon")}
+
+    @staticmethod
+    def check_model_config(given: dict) -> str | None:
+        """The keys that only one encoder reads, given with another one named."""
+        encoder = given.get("encoder")
+        if encoder is not None and encoder not in ENCODERS:
+            return f"`encoder`={encoder!r} is invalid; use one of {', '.join(map(repr, ENCODERS))}."
+        if encoder == "nature" and given.get("fcnet_activation", "relu") != "relu":
+            return (f"`fcnet_activation`={given['fcnet_activation']!r}: the 'nature' encoder uses ReLU throughout; "
+                    "remove the key or use encoder 'cnn' / 'mlp'.")
+        if "conv_channels" in given and encoder in ("mlp", "nature"):
+            return f"`conv_channels` sizes the 'cnn' encoder, not {encoder!r}; remove it or set `encoder: cnn`."
+        if "batch_norm" in given and encoder != "nature":
+            return "`batch_norm` applies to the 'nature' encoder only; remove it or set `encoder: nature`."
+        return None
 
     @override(RLModule)
     def setup(self) -> None:

@@ -38,6 +38,11 @@ from rl_speed.modules.layers import mlp
 class RecurrentActorCritic(TorchRLModule, ValueFunctionAPI):
     """See the module docstring. model_config: ``fcnet_hiddens`` (default [64]), ``lstm_cell_size`` (default 64)."""
 
+    #: What it reads from model_config (checked at config time); ``max_seq_len``: FastPPO's chunk length when
+    #: ``bptt_horizon`` is not set; its heads share the LSTM.
+    model_config_keys = {"fcnet_hiddens": None, "lstm_cell_size": None, "max_seq_len": None,
+                         "vf_share_layers": (True,)}
+
     #: Takes single steps ``[B, ...]`` when acting and resets its state at ``is_first`` inside training chunks, so
     #: FastPPO trains it on fixed ``[T / L * N, L]`` chunks (RLlib's stateful modules get padded sequences instead).
     resets_state_at_is_first = True

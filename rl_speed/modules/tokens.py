@@ -109,6 +109,9 @@ class TokenActorCritic(CategoricalActorCritic):
     """See the module docstring. (It holds its tables and trunk itself rather than a :class:`TokenEncoder`, so the
     parameter names of its existing checkpoints stay valid.)"""
 
+    #: What it reads from model_config (checked at config time); its heads share the trunk.
+    model_config_keys = {"token_dim": None, "fcnet_hiddens": None, "vf_share_layers": (True,)}
+
     @override(TorchRLModule)
     def setup(self) -> None:
         check_token_space(self.observation_space, "TokenActorCritic")
@@ -139,6 +142,11 @@ class RecurrentTokenActorCritic(RecurrentActorCritic):
     """The token encoder under RecurrentActorCritic's LSTM, for FastPPO's truncated BPTT (``bptt_horizon``):
     ``rl_module: recurrent_tokens``. model_config: ``token_dim`` (default 32), ``fcnet_hiddens`` (default [256]),
     ``lstm_cell_size`` (default 64)."""
+
+    #: What it reads from model_config (checked at config time); ``max_seq_len``: FastPPO's chunk length when
+    #: ``bptt_horizon`` is not set.
+    model_config_keys = {"token_dim": None, "fcnet_hiddens": None, "lstm_cell_size": None, "max_seq_len": None,
+                         "vf_share_layers": (True,)}
 
     @override(RecurrentActorCritic)
     def build_encoder(self, cfg: dict) -> tuple[nn.Module, int]:

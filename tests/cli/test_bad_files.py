@@ -28,6 +28,8 @@ CASES = {
     "not_a_mapping.yaml": ["mapping of experiment names"],
     "bad_checkpoint_key.yaml": ["snake.checkpoint_config.checkpoint_every", "checkpoint_frequency"],
     "string_for_number.yaml": ["snake.config.num_epochs", "must be a number, got 'many'", "write a number"],
+    "unread_model_config_key.yaml": ["durotaxis.config", "['fcnet_hiddens'] are not read by GraphActorCritic",
+                                     "it reads hidden, num_layers"],
 }
 
 
