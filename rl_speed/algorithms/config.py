@@ -396,13 +396,12 @@ def check_model_config_keys(config: Any, name: str) -> None:
     """Each ``model_config`` key a user set must be one the chosen module reads: rl_speed's own modules declare the
     keys they read (``model_config_keys``: key -> None for any value, or the values the module implements), and a key
     they do not read would change nothing, silently (RLlib's ``conv_filters`` on the Nature CNN, say). A module may
-    add rules between keys (``check_model_config``). RLlib's modules and a user's own (a class that does not declare
-    its keys itself, a subclass of ours included) read what they read and are not checked."""
-    for module_class, model_config in modules_and_model_configs(config):
+    add rules between keys (a ``check_model_config`` of its own). RLlib's modules and a user's own (a class that does
+    not declare its keys itself, a subclass of ours included) read what they read and are not checked."""
+    for module_class, given in modules_and_model_configs(config):
         declared = module_class.__dict__.get("model_config_keys")
         if declared is None:
             continue
-        given = _user_keys(model_config)
         label = module_class.__name__
         unknown = sorted(set(given) - set(declared))
         if unknown:
@@ -413,29 +412,41 @@ def check_model_config_keys(config: Any, name: str) -> None:
             if values is not None and key in given and given[key] not in values:
                 config._value_error(f"{name}: `model_config.{key}`={given[key]!r} is not what {label} implements "
                                     f"({' or '.join(map(repr, values))}); remove the key or set it so.")
-        rules = module_class.__dict__.get("check_model_config")
-        problem = rules.__func__(given) if rules is not None else None
+        problem = module_class.check_model_config(given) if "check_model_config" in module_class.__dict__ else None
         if problem:
             config._value_error(f"{name}: {label}: {problem}")
 
 
-def modules_and_model_configs(config: Any) -> list[tuple[type, Any]]:
-    """(module class, the model_config it is built with as the user gave it) for the config's module(s): a module
-    spec's own ``model_config`` replaces the config's, as RLlib builds it."""
+def modules_and_model_configs(config: Any) -> list[tuple[type, dict]]:
+    """(module class, the ``model_config`` keys the user set for it) for the config's module(s). A module spec's own
+    ``model_config`` replaces the config's, as RLlib builds it; since such a dict is often a copy of the algorithm's
+    whole ``config.model_config`` (RLlib's own default DQN spec is built so), its keys that hold the algorithm's own
+    defaults (``_model_config_auto_includes``, ``DefaultModelConfig``'s) are not counted as the user's."""
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
     spec = config._rl_module_spec
     if spec is None or (getattr(spec, "module_class", None) is None and not isinstance(spec, MultiRLModuleSpec)):
         try:
             spec = config.get_default_rl_module_spec()
-        except Exception:  # (an algorithm without a default module: nothing to check)
+        except NotImplementedError:  # (an algorithm without a default module: nothing to check)
             return []
     specs = [spec]
     if isinstance(spec, MultiRLModuleSpec):
         inner = spec.rl_module_specs
         specs = list(inner.values()) if isinstance(inner, dict) else [inner] if inner is not None else []
-    return [(s.module_class, s.model_config if s.model_config is not None else config._model_config)
+    defaults = {**_default_model_config(), **config._model_config_auto_includes}
+    return [(s.module_class, _user_keys(config._model_config) if s.model_config is None else
+             {key: value for key, value in _user_keys(s.model_config).items()
+              if not (key in defaults and defaults[key] == value)})
             for s in specs if isinstance(getattr(s, "module_class", None), type)]
+
+
+def _default_model_config() -> dict:
+    import dataclasses
+
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    return dataclasses.asdict(DefaultModelConfig())
 
 
 def _user_keys(model_config: Any) -> dict:
@@ -448,7 +459,6 @@ def _user_keys(model_config: Any) -> dict:
     if model_config is None:
         return {}
     if isinstance(model_config, DefaultModelConfig):
-        defaults = DefaultModelConfig()
-        return {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)
-                if getattr(model_config, f.name) != getattr(defaults, f.name)}
+        defaults = _default_model_config()
+        return {key: value for key, value in dataclasses.asdict(model_config).items() if value != defaults[key]}
     return dict(model_config)

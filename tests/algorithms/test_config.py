@@ -60,6 +60,19 @@ def test_a_module_spec_with_its_own_model_config_is_checked_with_that_one():
     assert "['use_lstm'] are not read by RecurrentActorCritic" in _refusal(config)
 
 
+def test_a_module_spec_given_the_algorithms_whole_model_config_counts_only_what_the_user_set():
+    # RLlib's own default DQN spec is built with `model_config=config.model_config`: the user's keys plus DQN's own
+    # (num_atoms, v_min, ...) and, from a DefaultModelConfig, every default field; only the user's count
+    for given in ({"fcnet_hiddens": [64]}, DefaultModelConfig(fcnet_hiddens=[64])):
+        config = FastDQNConfig().environment("CartPole-v1").rl_module(model_config=given)
+        config.rl_module(rl_module_spec=RLModuleSpec(module_class=QNetModule, model_config=config.model_config))
+        assert "num_atoms" in config.model_config
+        config.validate()
+    config = FastDQNConfig().environment("CartPole-v1").rl_module(model_config={"conv_filters": [[16, [4, 4], 2]]})
+    config.rl_module(rl_module_spec=RLModuleSpec(module_class=QNetModule, model_config=config.model_config))
+    assert "['conv_filters'] are not read by QNetModule" in _refusal(config)
+
+
 def test_every_module_of_a_multi_agent_spec_is_checked():
     from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
 
