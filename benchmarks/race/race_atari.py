@@ -95,11 +95,19 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
     config.environment(judged_id(task.env_id, files), env_config={**config.env_config, **env_config(game, overrides)})
     config.debugging(seed=seed)
     rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
+    model_config = rest.pop("model_config", None)  # (a read-only property for RLlib's update_from_dict)
     if rest:
         config = config.update_from_dict(rest)
+    if model_config is not None:
+        config.rl_module(model_config=model_config)
+    if rest or model_config is not None:
         config.validate()  # a bad key or value stops here, before Ray starts any runner
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
-        return stock_config(contender[:3], config).debugging(seed=seed)
+        from rl_speed.algorithms.config import check_model_config_keys
+
+        config = stock_config(contender[:3], config).debugging(seed=seed)
+        check_model_config_keys(config, contender)  # e.g. a key only FastPPO's learner honours
+        return config
     return config.env_runners(gym_env_vectorize_mode="vector_entry_point")
 
 

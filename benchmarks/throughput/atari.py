@@ -64,6 +64,7 @@ def stock_config(algo: str, fast: Any) -> Any:
             train_batch_size_per_learner=fast.train_batch_size_per_learner, minibatch_size=fast.minibatch_size,
             num_epochs=fast.num_epochs, lambda_=fast.lambda_, clip_param=fast.clip_param,
             entropy_coeff=fast.entropy_coeff, vf_loss_coeff=fast.vf_loss_coeff, use_kl_loss=fast.use_kl_loss)
+        config.rl_module(model_config=fast._model_config)  # the user's keys (PPO adds its own defaults itself)
         module = RLModuleSpec(module_class=NatureActorCritic)
     else:
         from ray.rllib.algorithms.dqn import DQNConfig
@@ -79,7 +80,7 @@ def stock_config(algo: str, fast: Any) -> Any:
             num_steps_sampled_before_learning_starts=fast.num_steps_sampled_before_learning_starts,
             epsilon=fast.epsilon, replay_buffer_config=buffer).reporting(
             min_sample_timesteps_per_iteration=fast.min_sample_timesteps_per_iteration)
-        config.rl_module(model_config=dict(fast.model_config))
+        config.rl_module(model_config=fast._model_config)  # the user's keys (DQN adds its own from the settings)
         module = RLModuleSpec(module_class=QNetModule)
     env_config = dict(fast.env_config)
     if fast.clip_rewards is True:  # RLlib's new stack ignores `clip_rewards`; the env clips to the same sign instead

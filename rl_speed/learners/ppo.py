@@ -64,6 +64,14 @@ def join_lanes_on_device(batches: list[dict], device: torch.device) -> dict:
     return tree.map_structure(lambda *xs: torch.cat([to_device(x, device) for x in xs], dim=1), *batches)
 
 
+def update_statistics(module: Any, obs: Any, rows: torch.Tensor) -> None:
+    """Hands a module that keeps input statistics (``update_input_statistics``) the observations ``[T + 1, N, ...]``
+    of its real steps (``rows`` ``[T, N]``), once per train batch."""
+    update = getattr(module, "update_input_statistics", None)
+    if update is not None and rows.any():
+        update(tree.map_structure(lambda o: o[:-1][rows], obs))
+
+
 def replace_gae_connector(learner: PPOTorchLearner, gae_class: type) -> None:
     """Swaps RLlib's GeneralAdvantageEstimation at the end of a built PPO learner's pipeline for ``gae_class`` (same
     constructor), where the pipeline has RLlib's default pieces (a user's own pipeline is left as it is)."""
@@ -106,6 +114,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
     time_updates = True  # one update() call is a whole train batch: its minibatch loop is timed (UPDATES_TIME_KEY)
+    #: It calls a module's ``update_input_statistics(obs)`` (if it has one) with each train batch's real steps,
+    #: before their values (e.g. NatureActorCritic's ``normalize_obs``; modules check this flag at config time).
+    updates_input_statistics = True
 
     @override(UpdateLoopMixin)
     def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
@@ -217,6 +228,11 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         obs = ({mid: tree.map_structure(tensor, columns[C.OBS][mid]) for mid in module_ids} if by_module
                else tree.map_structure(tensor, columns[C.OBS]))  # [T + 1, L, ...]
         rewards = tensor(columns[C.REWARDS])
+        valid = tensor(columns[C.VALID])
+        for index, module_id in enumerate(module_ids):
+            if self.should_module_be_updated(module_id):
+                update_statistics(self.module[module_id].unwrapped(), obs[module_id] if by_module else obs,
+                                  (owner[:-1] == index) & valid)
         values = torch.zeros(owner.shape, device=device)
         for index, module_id in enumerate(module_ids):
             where = owner == index
@@ -227,7 +243,6 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
                 mine = obs[module_id] if by_module else obs
                 values[where] = module.compute_values(
                     {RLlibColumns.OBS: tree.map_structure(lambda o: o[where], mine)}).float()
-        valid = tensor(columns[C.VALID])
         next_row = tensor(columns[C.NEXT_ROW]) if C.NEXT_ROW in columns else None
         advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
                                              tensor(columns[C.TRUNCATEDS]), valid, gamma=self.config.gamma,
@@ -266,6 +281,7 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         obs = tree.map_structure(tensor, columns[C.OBS])  # [T + 1, N, ...]
         rewards = tensor(columns[C.REWARDS])
         t_len, n = rewards.shape
+        update_statistics(module, obs, tensor(columns[C.VALID]))
         recurrent = C.STATE_IN in columns
         if module.is_stateful() and not recurrent:
             raise ValueError("FastPPO: a recurrent module needs `state_in` / `is_first` columns; sample with "

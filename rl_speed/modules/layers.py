@@ -5,6 +5,7 @@ the same as the per-module builders these replaced, so checkpoints keep loading.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "tanh": nn.Tanh}
@@ -58,3 +59,37 @@ def nature_cnn(in_shape: tuple[int, ...], hiddens: list[int], batch_norm: bool) 
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
     return encoder, out_dim
+
+
+class RunningNorm(nn.Module):
+    """Per-element standardization by running statistics: ``clamp((x - mean) / sqrt(var + 1e-5), -5, 5)``, as
+    rl_games' ``normalize_input``. On Atari frames the static background goes to 0 and whatever moves (ball,
+    paddles) stands out at up to 5. The statistics are buffers (saved with the module's state and synced to the env
+    runners with its weights) and change only in :meth:`update`, which the learner calls once per train batch; a
+    forward never changes them, so a captured learner step reads them as they are. They start at mean 0, variance 1
+    and a count of 1 (the identity up to the clamp), so the first batch sets them almost alone."""
+
+    def __init__(self, shape: tuple[int, ...], epsilon: float = 1e-5, clip: float = 5.0) -> None:
+        super().__init__()
+        self.epsilon, self.clip = epsilon, clip
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.ones((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.rsqrt(self.var + self.epsilon).to(x.dtype)
+        return ((x - self.mean.to(x.dtype)) * scale).clamp_(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Folds the rows of ``x`` ``[B, *shape]`` into the statistics (Chan et al.'s parallel update), in place."""
+        if not len(x):
+            return
+        batch_mean = x.mean(0).double()
+        batch_var = x.var(0, unbiased=False).double()
+        n = float(len(x))
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
+        self.mean.add_(delta * n / total)
+        self.count.copy_(total)

@@ -6,10 +6,15 @@ uint8 (RLlib's image layout) and are cast and scaled by 1/255 on the module's de
 FastDQN's :class:`rl_speed.modules.q_net.QNetModule`), so env runners, columns and the learner's batch move bytes,
 not floats. The policy head starts near uniform (weights scaled by 0.01).
 
-model_config: ``fcnet_hiddens`` (the units after the convs, default [512]).
+model_config: ``fcnet_hiddens`` (the units after the convs, default [512]); ``normalize_obs`` (default false): each
+pixel standardized by running statistics after the 1/255 scaling (:class:`rl_speed.modules.layers.RunningNorm`, as
+rl_games' ``normalize_input``), which FastPPO's learner updates once per train batch
+(:meth:`NatureActorCritic.update_input_statistics`); refused at config time where nothing would update them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +24,7 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from rl_speed.modules.actor_critic import CategoricalActorCritic
-from rl_speed.modules.layers import nature_cnn
+from rl_speed.modules.layers import RunningNorm, nature_cnn
 from rl_speed.modules.q_net import ObsPreprocessor
 
 
@@ -28,7 +33,25 @@ class NatureActorCritic(CategoricalActorCritic):
 
     #: What it reads from model_config (checked at config time: rl_speed.algorithms.config.check_model_config_keys);
     #: its policy and value heads share the encoder.
-    model_config_keys = {"fcnet_hiddens": None, "vf_share_layers": (True,)}
+    model_config_keys = {"fcnet_hiddens": None, "vf_share_layers": (True,), "normalize_obs": (False, True)}
+
+    #: Rows per step of :meth:`update_input_statistics` (the float copy of one chunk, not of a whole batch).
+    statistics_chunk = 1024
+
+    @staticmethod
+    def check_model_config(given: dict, config: Any) -> str | None:
+        """``normalize_obs`` needs a learner that updates the statistics once per batch, and only one learner (each
+        would fold in its own share of the batch, and the runners would get only the first one's statistics)."""
+        if not given.get("normalize_obs"):
+            return None
+        if not getattr(config.learner_class, "updates_input_statistics", False):
+            return (f"`normalize_obs: true` needs a learner that updates the running statistics (FastPPO's); "
+                    f"{config.learner_class.__name__} would leave them at their start (mean 0, variance 1). "
+                    "Use FastPPO, or remove the key.")
+        if (config.num_learners or 0) > 1:
+            return (f"`normalize_obs: true` on {config.num_learners} learners: each would update its own statistics "
+                    "from its share of the batch; use `num_learners` 0 or 1, or remove the key.")
+        return None
 
     @override(TorchRLModule)
     def setup(self) -> None:
@@ -37,10 +60,21 @@ class NatureActorCritic(CategoricalActorCritic):
             raise ValueError(f"NatureActorCritic: observations must be uint8 frames [H, W, C], got {obs}; for "
                              "vectors use RLlib's default PPO module.")
         self.preprocess = ObsPreprocessor(obs)
-        hiddens = list((self.model_config or {}).get("fcnet_hiddens") or [512])
+        model_config = self.model_config or {}
+        hiddens = list(model_config.get("fcnet_hiddens") or [512])
+        self.obs_norm = RunningNorm(self.preprocess.out_shape) if model_config.get("normalize_obs") else None
         self.encoder, width = nature_cnn(self.preprocess.out_shape, hiddens, batch_norm=False)
         self.make_heads(width)
 
     @override(CategoricalActorCritic)
     def _embed(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.encoder(self.preprocess(obs))
+        x = self.preprocess(obs)
+        return self.encoder(x if self.obs_norm is None else self.obs_norm(x))
+
+    @torch.no_grad()
+    def update_input_statistics(self, obs: torch.Tensor) -> None:
+        """Folds a train batch's observations ``[B, H, W, C]`` into ``normalize_obs``'s statistics (a no-op
+        without it); the learner calls it once per batch, before it computes the batch's values."""
+        if self.obs_norm is not None:
+            for chunk in obs.split(self.statistics_chunk):
+                self.obs_norm.update(self.preprocess(chunk))

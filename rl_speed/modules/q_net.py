@@ -168,7 +168,7 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
                                                "conv_channels", "batch_norm", "dueling", "double_q", "epsilon")}
 
     @staticmethod
-    def check_model_config(given: dict) -> str | None:
+    def check_model_config(given: dict, config: Any) -> str | None:
         """The keys that only one encoder reads, given with another one named."""
         encoder = given.get("encoder")
         if encoder is not None and encoder not in ENCODERS:

@@ -115,3 +115,19 @@ def test_fastdqn_refuses_distributional_and_noisy_q_learning_its_q_network_does_
         FastDQNConfig().environment("CartPole-v1").training(noisy=True))
     FastDQNConfig().environment("CartPole-v1").rl_module(
         model_config={"fcnet_hiddens": [64], "dueling": True, "encoder": "mlp"}).validate()
+
+
+def test_normalize_obs_is_refused_where_nothing_would_update_its_statistics():
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rl_speed.algorithms.config import check_model_config_keys
+
+    _nature({"normalize_obs": True}).validate()  # FastPPO's learner updates them once per batch
+    stock = PPOConfig().environment("CartPole-v1").rl_module(
+        rl_module_spec=RLModuleSpec(module_class=NatureActorCritic), model_config={"normalize_obs": True})
+    with pytest.raises(ValueError, match="needs a learner that updates the running statistics"):
+        check_model_config_keys(stock, "PPO")  # (what the YAML loader calls for stock algorithms)
+    assert "each would update its own statistics" in _refusal(
+        _nature({"normalize_obs": True}).learners(num_learners=2))
+    assert "`model_config.normalize_obs`='yes' is not what NatureActorCritic implements" in _refusal(
+        _nature({"normalize_obs": "yes"}))

@@ -261,3 +261,62 @@ def test_every_runner_samples_one_rollout_length_where_the_batch_does_not_split_
     assert [config.get_rollout_fragment_length(i) for i in (0, 1, 2)] == [334, 334, 334]
     config.env_runners(rollout_fragment_length=50)
     assert config.get_rollout_fragment_length(2) == 50
+
+
+class _Frames:
+    """A 40 x 40 uint8 frame with one bright pixel that moves a column per step over a grey background (Pong's
+    picture in miniature); episodes of 6 steps. A gymnasium env, built from its class in the runner's process."""
+
+    def __new__(cls, config=None):
+        import gymnasium as gym
+
+        class Frames(gym.Env):
+            observation_space = gym.spaces.Box(0, 255, (40, 40, 1), np.uint8)
+            action_space = gym.spaces.Discrete(2)
+
+            def _frame(self):
+                frame = np.full((40, 40, 1), 90, np.uint8)
+                frame[20, self.t * 5, 0] = 236
+                return frame
+
+            def reset(self, *, seed=None, options=None):
+                self.t = 0
+                return self._frame(), {}
+
+            def step(self, action):
+                self.t += 1
+                return self._frame(), float(action), self.t == 6, False, {}
+
+        return Frames()
+
+
+def test_normalize_obs_statistics_follow_each_batchs_real_steps_and_reach_the_runners(ray_session):
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    algo = (FastPPOConfig().environment(_Frames)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=8)
+            .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic),
+                       model_config={"normalize_obs": True})
+            .training(train_batch_size_per_learner=32, minibatch_size=16, num_epochs=1)
+            .debugging(seed=2)).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+        columns = algo.env_runner.sample_columns()
+        valid = columns["valid"]
+        assert (~valid).any()  # the batch holds lanes' reset steps, which are not steps taken
+        learner.compute_advantages(DEFAULT_MODULE_ID, columns)
+        pixels = columns["obs"][:-1][valid].astype(np.float64).transpose(0, 3, 1, 2) / 255
+        n = len(pixels)
+        assert module.obs_norm.count.item() == 1 + n
+        np.testing.assert_allclose(module.obs_norm.mean.numpy(), pixels.mean(0) * n / (n + 1), rtol=1e-6)
+        result = algo.train()  # one more batch, then its weights and statistics go to the runner
+        trained = result["learners"]["__all_modules__"]["num_env_steps_trained"]  # the real steps of that batch
+        assert 0 < trained < 32 and module.obs_norm.count.item() == 1 + n + trained
+        runner_state = algo.env_runner.module.state_dict()
+        for key in ("obs_norm.mean", "obs_norm.var", "obs_norm.count"):
+            torch.testing.assert_close(runner_state[key], module.state_dict()[key])
+    finally:
+        algo.stop()

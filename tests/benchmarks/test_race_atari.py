@@ -139,6 +139,11 @@ def test_overrides_reach_both_rllib_contenders_and_bad_ones_stop_before_ray_star
     with pytest.raises(ValueError, match="minibatch_size"):
         race_atari.rllib_contender_config("FastPPO (ours)", files, seed=1, device="cuda",
                                           overrides={"minibatch_size": 10**7})
+    normalized = {"model_config": {"normalize_obs": True}}  # RLlib's update_from_dict cannot set model_config
+    config = race_atari.rllib_contender_config("FastPPO (ours)", files, seed=1, device="cuda", overrides=normalized)
+    assert config.model_config["normalize_obs"] is True
+    with pytest.raises(ValueError, match="needs a learner that updates the running statistics"):
+        race_atari.rllib_contender_config("PPO (ours)", files, seed=1, device="cuda", overrides=normalized)
 
 
 def test_sb3_contenders_take_env_config_overrides_only(tmp_path):

@@ -28,3 +28,19 @@ def test_refuses_float_vectors():
     with pytest.raises(ValueError, match="uint8 frames"):
         NatureActorCritic(observation_space=gym.spaces.Box(-1, 1, (4,), np.float32),
                           action_space=gym.spaces.Discrete(2))
+
+
+def test_normalize_obs_keeps_running_pixel_statistics_in_the_modules_state():
+    space = gym.spaces.Box(0, 255, (40, 40, 2), np.uint8)
+    plain = NatureActorCritic(observation_space=space, action_space=gym.spaces.Discrete(3), model_config={})
+    assert not any("obs_norm" in key for key in plain.state_dict())  # checkpoints without it keep loading
+    net = NatureActorCritic(observation_space=space, action_space=gym.spaces.Discrete(3),
+                            model_config={"normalize_obs": True})
+    net.statistics_chunk = 3  # several chunks: the same statistics as one
+    frames = torch.randint(0, 256, (8, 40, 40, 2), dtype=torch.uint8)
+    before = net._forward({Columns.OBS: frames})[Columns.EMBEDDINGS]
+    net.update_input_statistics(frames)
+    pixels = frames.double().permute(0, 3, 1, 2) / 255  # the module's [C, H, W] after its 1/255
+    torch.testing.assert_close(net.state_dict()["obs_norm.mean"], pixels.mean(0) * 8 / 9)
+    assert net.state_dict()["obs_norm.count"].item() == 9
+    assert not torch.allclose(net._forward({Columns.OBS: frames})[Columns.EMBEDDINGS], before)

@@ -1,0 +1,39 @@
+"""The network pieces: RunningNorm's statistics against numpy's over the same rows, however they are split."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rl_speed.modules.layers import RunningNorm
+
+
+def _expected(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The start (mean 0, variance 1, count 1) folded with the rows' own moments, as one batch."""
+    n = len(rows)
+    mean, var = rows.mean(0), rows.var(0)
+    total = 1.0 + n
+    return mean * n / total, (1.0 + var * n + mean ** 2 * n / total) / total, total
+
+
+def test_statistics_match_numpy_however_the_rows_arrive():
+    rows = np.random.default_rng(0).normal(3.0, 2.0, size=(300, 2, 3)).astype(np.float32)
+    mean, var, count = _expected(rows.astype(np.float64))
+    for splits in ([300], [1, 299], [100, 100, 100], [7, 0, 293]):
+        norm = RunningNorm((2, 3))
+        for part in np.split(rows, np.cumsum(splits)[:-1]):
+            norm.update(torch.from_numpy(part))
+        np.testing.assert_allclose(norm.mean.numpy(), mean, rtol=1e-5)
+        np.testing.assert_allclose(norm.var.numpy(), var, rtol=1e-4)
+        assert norm.count.item() == count
+
+
+def test_forward_standardizes_and_clamps_and_never_moves_the_statistics():
+    norm = RunningNorm((3,))
+    norm.update(torch.tensor([[0.0, 1.0, 5.0], [2.0, 1.0, 5.0]] * 500))
+    x = torch.tensor([[1.0, 1.0, 5.0], [3.0, 1.5, 4.0]])
+    out = norm(x)
+    expected = (x.double() - norm.mean) / torch.sqrt(norm.var + 1e-5)
+    torch.testing.assert_close(out, expected.clamp(-5, 5).float())
+    assert out[1, 1] == 5.0 and out[1, 2] == -5.0  # a constant pixel's change stands out, clamped
+    assert norm.count.item() == 1001  # forward passes leave the statistics alone
