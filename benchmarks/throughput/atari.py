@@ -52,7 +52,8 @@ def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str =
 def stock_config(algo: str, fast: Any) -> Any:
     """Stock RLlib's PPO / DQN with ``fast``'s env, runners (the runners' GPU share too), module and training
     settings. rl_speed's own keys (``cuda_graph``, ``async_sampling``, ``mixed_precision``, the GPU replay's
-    ``storage_device``) have no stock counterpart: stock runs without them, which is the comparison."""
+    ``storage_device``, the module's ``normalize_obs``, whose statistics only rl_speed's learners update) have no stock
+    counterpart: stock runs without them, which is the comparison."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     if algo == "PPO":
@@ -64,7 +65,7 @@ def stock_config(algo: str, fast: Any) -> Any:
             train_batch_size_per_learner=fast.train_batch_size_per_learner, minibatch_size=fast.minibatch_size,
             num_epochs=fast.num_epochs, lambda_=fast.lambda_, clip_param=fast.clip_param,
             entropy_coeff=fast.entropy_coeff, vf_loss_coeff=fast.vf_loss_coeff, use_kl_loss=fast.use_kl_loss)
-        config.rl_module(model_config=fast._model_config)  # the user's keys (PPO adds its own defaults itself)
+        config.rl_module(model_config=_stock_model_config(fast))
         module = RLModuleSpec(module_class=NatureActorCritic)
     else:
         from ray.rllib.algorithms.dqn import DQNConfig
@@ -80,7 +81,7 @@ def stock_config(algo: str, fast: Any) -> Any:
             num_steps_sampled_before_learning_starts=fast.num_steps_sampled_before_learning_starts,
             epsilon=fast.epsilon, replay_buffer_config=buffer).reporting(
             min_sample_timesteps_per_iteration=fast.min_sample_timesteps_per_iteration)
-        config.rl_module(model_config=fast._model_config)  # the user's keys (DQN adds its own from the settings)
+        config.rl_module(model_config=_stock_model_config(fast))
         module = RLModuleSpec(module_class=QNetModule)
     env_config = dict(fast.env_config)
     if fast.clip_rewards is True:  # RLlib's new stack ignores `clip_rewards`; the env clips to the same sign instead
@@ -92,6 +93,12 @@ def stock_config(algo: str, fast: Any) -> Any:
             .training(lr=fast.lr, gamma=fast.gamma, grad_clip=fast.grad_clip)
             .rl_module(rl_module_spec=module)
             .learners(num_gpus_per_learner=fast.num_gpus_per_learner))
+
+
+def _stock_model_config(fast: Any) -> dict:
+    """The user's ``model_config`` keys of ``fast`` (PPO and DQN add their own defaults themselves), less
+    ``normalize_obs``, whose statistics only rl_speed's learners update."""
+    return {key: value for key, value in dict(fast._model_config).items() if key != "normalize_obs"}
 
 
 def warmup_iterations(algo: str, config: Any) -> int:

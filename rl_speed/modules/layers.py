@@ -5,6 +5,8 @@ the same as the per-module builders these replaced, so checkpoints keep loading.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -93,3 +95,20 @@ class RunningNorm(nn.Module):
         self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
         self.mean.add_(delta * n / total)
         self.count.copy_(total)
+
+
+def normalize_obs_problem(given: dict, config: Any) -> str | None:
+    """Why a module's ``normalize_obs: true`` cannot be honoured by ``config``, or None: :class:`RunningNorm`'s
+    statistics need a learner that updates them (one whose class sets ``updates_input_statistics``) and only one
+    learner (each would fold in its own share of the data, and the runners would get only the first one's)."""
+    if not given.get("normalize_obs"):
+        return None
+    learner = config.learner_class
+    if not getattr(learner, "updates_input_statistics", False):
+        return (f"`normalize_obs: true` needs a learner that updates the running statistics (FastPPO's or "
+                f"FastDQN's); {learner.__name__} would leave them at their start (mean 0, variance 1). Use FastPPO "
+                "or FastDQN, or remove the key.")
+    if (config.num_learners or 0) > 1:
+        return (f"`normalize_obs: true` on {config.num_learners} learners: each would update its own statistics "
+                "from its share of the data; use `num_learners` 0 or 1, or remove the key.")
+    return None

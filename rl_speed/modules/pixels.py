@@ -24,7 +24,7 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from rl_speed.modules.actor_critic import CategoricalActorCritic
-from rl_speed.modules.layers import RunningNorm, nature_cnn
+from rl_speed.modules.layers import RunningNorm, nature_cnn, normalize_obs_problem
 from rl_speed.modules.q_net import ObsPreprocessor
 
 
@@ -40,18 +40,7 @@ class NatureActorCritic(CategoricalActorCritic):
 
     @staticmethod
     def check_model_config(given: dict, config: Any) -> str | None:
-        """``normalize_obs`` needs a learner that updates the statistics once per batch, and only one learner (each
-        would fold in its own share of the batch, and the runners would get only the first one's statistics)."""
-        if not given.get("normalize_obs"):
-            return None
-        if not getattr(config.learner_class, "updates_input_statistics", False):
-            return (f"`normalize_obs: true` needs a learner that updates the running statistics (FastPPO's); "
-                    f"{config.learner_class.__name__} would leave them at their start (mean 0, variance 1). "
-                    "Use FastPPO, or remove the key.")
-        if (config.num_learners or 0) > 1:
-            return (f"`normalize_obs: true` on {config.num_learners} learners: each would update its own statistics "
-                    "from its share of the batch; use `num_learners` 0 or 1, or remove the key.")
-        return None
+        return normalize_obs_problem(given, config)
 
     @override(TorchRLModule)
     def setup(self) -> None:

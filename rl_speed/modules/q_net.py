@@ -21,8 +21,10 @@
 model_config keys: RLlib's ``fcnet_hiddens`` (default [256, 256]; [512] for ``nature``), ``fcnet_activation``
 ("relu" | "tanh", default RLlib's "tanh" for ``mlp``, "relu" for ``cnn``; ``nature`` always uses ReLU) and ``head_fcnet_hiddens`` (extra layers before the Q
 head, default []), so a stock DQN config builds the same network; plus ``encoder`` ("mlp" | "cnn" | "nature"),
-``conv_channels`` (default [32, 64]; cnn only) and ``batch_norm`` (nature only, default true); ``dueling`` /
-``double_q`` / ``epsilon`` come from DQN's config.
+``conv_channels`` (default [32, 64]; cnn only), ``batch_norm`` (nature only, default true) and ``normalize_obs``
+(default false: the encoder's input standardized per element by running statistics, which FastDQN's learner updates
+from each replayed batch; :class:`rl_speed.modules.layers.RunningNorm`); ``dueling`` / ``double_q`` / ``epsilon``
+come from DQN's config.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.schedules.scheduler import Scheduler
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
-from rl_speed.modules.layers import ACTIVATIONS, cnn, mlp, nature_cnn
+from rl_speed.modules.layers import ACTIVATIONS, RunningNorm, cnn, mlp, nature_cnn, normalize_obs_problem
 
 #: model_config ``encoder`` values.
 ENCODERS = ("mlp", "cnn", "nature")
@@ -148,11 +150,16 @@ class QTorso(nn.Module):
         else:
             raise ValueError(f"QNetModule: model_config `encoder`={kind!r} is invalid; use one of {ENCODERS}.")
         self.flatten_input = kind == "mlp"
+        # normalize_obs: the encoder's input standardized per element (the target net's copy of the statistics
+        # follows the online net's with every target update: RLlib syncs the whole state dict)
+        self.obs_norm = RunningNorm(self.pre.out_shape) if cfg.get("normalize_obs") else None
         self.advantage = nn.Linear(dim, num_actions)
         self.value = nn.Linear(dim, 1) if cfg.get("dueling") else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.pre(obs)
+        if self.obs_norm is not None:
+            x = self.obs_norm(x)
         features = self.encoder(x.flatten(1) if self.flatten_input else x)
         adv = self.advantage(features)
         if self.value is None:
@@ -164,8 +171,12 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
     """A DQN Q-network for Box, Dict or Tuple observations and Discrete actions (see the module docstring)."""
 
     #: What it reads from model_config (checked at config time: rl_speed.algorithms.config.check_model_config_keys).
-    model_config_keys = {key: None for key in ("encoder", "fcnet_hiddens", "fcnet_activation", "head_fcnet_hiddens",
-                                               "conv_channels", "batch_norm", "dueling", "double_q", "epsilon")}
+    model_config_keys = {**{key: None for key in ("encoder", "fcnet_hiddens", "fcnet_activation", "head_fcnet_hiddens",
+                                                  "conv_channels", "batch_norm", "dueling", "double_q", "epsilon")},
+                         "normalize_obs": (False, True)}
+
+    #: Rows per step of :meth:`update_input_statistics` (the float copy of one chunk, not of a whole batch).
+    statistics_chunk = 1024
 
     @staticmethod
     def check_model_config(given: dict, config: Any) -> str | None:
@@ -180,7 +191,7 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
             return f"`conv_channels` sizes the 'cnn' encoder, not {encoder!r}; remove it or set `encoder: cnn`."
         if "batch_norm" in given and encoder != "nature":
             return "`batch_norm` applies to the 'nature' encoder only; remove it or set `encoder: nature`."
-        return None
+        return normalize_obs_problem(given, config)
 
     @override(RLModule)
     def setup(self) -> None:
@@ -195,6 +206,16 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
         self.num_actions = int(self.action_space.n)
         self.epsilon_schedule = Scheduler(fixed_value_or_schedule=cfg.get("epsilon", 0.05), framework="torch")
         self.q = QTorso(self.observation_space, self.num_actions, cfg)
+
+    @torch.no_grad()
+    def update_input_statistics(self, obs: Any) -> None:
+        """Folds observations (a learner's replayed batch) into ``normalize_obs``'s statistics (a no-op without
+        it); FastDQN's learner calls it once per update call, before its minibatches."""
+        if self.q.obs_norm is None:
+            return
+        chunks = obs.split(self.statistics_chunk) if isinstance(obs, torch.Tensor) else [obs]
+        for chunk in chunks:
+            self.q.obs_norm.update(self.q.pre(chunk))
 
     @override(QNetAPI)
     def compute_q_values(self, batch: dict[str, Any]) -> dict[str, Any]:

@@ -131,3 +131,11 @@ def test_normalize_obs_is_refused_where_nothing_would_update_its_statistics():
         _nature({"normalize_obs": True}).learners(num_learners=2))
     assert "`model_config.normalize_obs`='yes' is not what NatureActorCritic implements" in _refusal(
         _nature({"normalize_obs": "yes"}))
+    # FastDQN's Q-network too: its learner folds in each replayed batch; stock DQN's would not
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    FastDQNConfig().environment("CartPole-v1").rl_module(model_config={"normalize_obs": True}).validate()
+    stock_dqn = DQNConfig().environment("CartPole-v1").rl_module(
+        rl_module_spec=RLModuleSpec(module_class=QNetModule), model_config={"normalize_obs": True})
+    with pytest.raises(ValueError, match="DQNTorchLearner would leave them at their start"):
+        check_model_config_keys(stock_dqn, "DQN")

@@ -319,3 +319,21 @@ def test_auto_fragment_samples_16_updates_worth_per_training_step_at_the_configu
     finally:
         algo.stop()
     assert result["monitor"]["replay_ratio"] == pytest.approx(ratio, rel=0.15)
+
+
+def test_normalize_obs_statistics_follow_the_replayed_batches_and_reach_the_runners(ray_session):
+    algo = _config().rl_module(model_config={"fcnet_hiddens": [32], "head_fcnet_hiddens": [],
+                                             "normalize_obs": True}).build_algo()
+    try:
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID].unwrapped()
+        result = {}
+        while not result.get("learners", {}).get(DEFAULT_MODULE_ID, {}).get("num_module_steps_trained_lifetime"):
+            result = algo.train()
+        replayed = result["learners"][DEFAULT_MODULE_ID]["num_module_steps_trained_lifetime"]
+        assert module.q.obs_norm.count.item() == 1 + replayed  # every replayed row folded in once
+        assert module.q.obs_norm.var.min() < 0.5  # CartPole's velocities and angles: far from the start's 1
+        runner_state = algo.env_runner.module.state_dict()
+        for key in ("q.obs_norm.mean", "q.obs_norm.var", "q.obs_norm.count"):
+            torch.testing.assert_close(runner_state[key], module.state_dict()[key])
+    finally:
+        algo.stop()

@@ -18,3 +18,25 @@ def test_conv_channels_on_observations_that_go_to_an_mlp_are_refused():
     module = QNetModule(observation_space=gym.spaces.Box(0, 3, (6, 6), np.int64), action_space=gym.spaces.Discrete(2),
                         model_config={"conv_channels": [8]})  # small-integer grids: one-hot planes, a CNN
     assert module.q.encoder[0].out_channels == 8
+
+
+def test_normalize_obs_statistics_reach_the_target_network_with_its_update():
+    import torch
+
+    from ray.rllib.core.learner.utils import update_target_network
+
+    module = QNetModule(observation_space=gym.spaces.Box(-10, 10, (3,), np.float32),
+                        action_space=gym.spaces.Discrete(2), model_config={"normalize_obs": True})
+    module.make_target_networks()
+    module.statistics_chunk = 4  # several chunks: the same statistics as one
+    obs = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 5.0]] * 5)
+    module.update_input_statistics(obs)
+    torch.testing.assert_close(module.q.obs_norm.mean, obs.double().mean(0) * 10 / 11)
+    assert module._target_q.obs_norm.count.item() == 1  # the target keeps its statistics until it is updated
+    (online, target), = module.get_target_network_pairs()
+    update_target_network(main_net=online, target_net=target, tau=1.0)  # what RLlib's DQN learner does
+    torch.testing.assert_close(module._target_q.obs_norm.var, module.q.obs_norm.var)
+    assert module._target_q.obs_norm.count.item() == 11
+    plain = QNetModule(observation_space=gym.spaces.Box(-10, 10, (3,), np.float32),
+                       action_space=gym.spaces.Discrete(2), model_config={})
+    assert plain.q.obs_norm is None and not any("obs_norm" in key for key in plain.state_dict())
