@@ -396,8 +396,9 @@ def check_model_config_keys(config: Any, name: str) -> None:
     """Each ``model_config`` key a user set must be one the chosen module reads: rl_speed's own modules declare the
     keys they read (``model_config_keys``: key -> None for any value, or the values the module implements), and a key
     they do not read would change nothing, silently (RLlib's ``conv_filters`` on the Nature CNN, say). A module may
-    add rules between keys or on the algorithm's config (a ``check_model_config(given, config)`` of its own). RLlib's modules and a user's own (a class that does
-    not declare its keys itself, a subclass of ours included) read what they read and are not checked."""
+    add rules between keys or on the algorithm's config (a ``check_model_config(given, config)`` of its own).
+    RLlib's modules and a user's own (a class that does not declare its keys itself, a subclass of ours included)
+    read what they read and are not checked."""
     for module_class, given in modules_and_model_configs(config):
         declared = module_class.__dict__.get("model_config_keys")
         if declared is None:
@@ -412,7 +413,8 @@ def check_model_config_keys(config: Any, name: str) -> None:
             if values is not None and key in given and given[key] not in values:
                 config._value_error(f"{name}: `model_config.{key}`={given[key]!r} is not what {label} implements "
                                     f"({' or '.join(map(repr, values))}); remove the key or set it so.")
-        problem = module_class.check_model_config(given, config) if "check_model_config" in module_class.__dict__ else None
+        has_rule = "check_model_config" in module_class.__dict__
+        problem = module_class.check_model_config(given, config) if has_rule else None
         if problem:
             config._value_error(f"{name}: {label}: {problem}")
 

@@ -29,23 +29,23 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import TD_ERROR_KEY
 
 from rl_speed.learners.optimizer_step import OptimizerStepMixin
-from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
+from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin, keeps_input_statistics
 
 
 class FastDQNTorchLearner(UpdateLoopMixin, OptimizerStepMixin, DQNTorchLearner):
     """RLlib's DQNTorchLearner (loss, target updates) with one fused clip + finiteness check per update."""
 
-    #: It calls a module's ``update_input_statistics(obs)`` (if it has one) with each update call's replayed
-    #: observations, before their minibatches (QNetModule's ``normalize_obs``; modules check this flag at config time).
+    #: It updates a module's input statistics (rl_speed.learners.update_loop.keeps_input_statistics) with each update
+    #: call's replayed observations, before their minibatches (QNetModule's ``normalize_obs``; checked at config time).
     updates_input_statistics = True
 
     @override(UpdateLoopMixin)
     def _prepared_rows(self, training_data: Any, minibatch_size: int) -> list[LossRows]:
         rows = super()._prepared_rows(training_data, minibatch_size)
         for module_rows in rows:
-            update = getattr(self.module[module_rows.module_id].unwrapped(), "update_input_statistics", None)
-            if update is not None:
-                update(module_rows.batch[Columns.OBS])
+            module = self.module[module_rows.module_id].unwrapped()
+            if keeps_input_statistics(module):
+                module.update_input_statistics(module_rows.batch[Columns.OBS])
         return rows
 
     @override(DQNTorchLearner)

@@ -36,7 +36,7 @@ from rl_speed.gae import standardize, vectorized_gae
 from rl_speed.learners.optimizer_step import OptimizerStepMixin
 from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, ppo_loss
 from rl_speed.learners.sequences import EpisodeSequences
-from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin
+from rl_speed.learners.update_loop import LossRows, UpdateLoopMixin, keeps_input_statistics
 
 #: Learner result key (under ``__all_modules__``): seconds spent joining the runners' batches on the device, then
 #: on values + GAE, in the last update call.
@@ -65,11 +65,11 @@ def join_lanes_on_device(batches: list[dict], device: torch.device) -> dict:
 
 
 def update_statistics(module: Any, obs: Any, rows: torch.Tensor) -> None:
-    """Hands a module that keeps input statistics (``update_input_statistics``) the observations ``[T + 1, N, ...]``
-    of its real steps (``rows`` ``[T, N]``), once per train batch."""
-    update = getattr(module, "update_input_statistics", None)
-    if update is not None and rows.any():
-        update(tree.map_structure(lambda o: o[:-1][rows], obs))
+    """Hands a module that keeps input statistics (:func:`keeps_input_statistics`) the observations ``[T + 1, N,
+    ...]`` of a train batch's real steps (``rows`` ``[T, N]``); for other modules nothing is selected (no copy, no
+    device sync)."""
+    if keeps_input_statistics(module) and rows.any():
+        module.update_input_statistics(tree.map_structure(lambda o: o[:-1][rows], obs))
 
 
 def replace_gae_connector(learner: PPOTorchLearner, gae_class: type) -> None:
@@ -114,8 +114,8 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     """PPO's loss on column batches; episode batches still take RLlib's path (see the module docstring)."""
 
     time_updates = True  # one update() call is a whole train batch: its minibatch loop is timed (UPDATES_TIME_KEY)
-    #: It calls a module's ``update_input_statistics(obs)`` (if it has one) with each train batch's real steps,
-    #: before their values (e.g. NatureActorCritic's ``normalize_obs``; modules check this flag at config time).
+    #: It updates a module's input statistics (rl_speed.learners.update_loop.keeps_input_statistics) with each train
+    #: batch's real steps, before their values (NatureActorCritic's ``normalize_obs``; checked at config time).
     updates_input_statistics = True
 
     @override(UpdateLoopMixin)

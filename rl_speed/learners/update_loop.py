@@ -80,6 +80,13 @@ def minibatch_count(batch: dict, minibatch_rows: int) -> int:
     return -(-len(tree.flatten(batch)[0]) // minibatch_rows)
 
 
+def keeps_input_statistics(module: Any) -> bool:
+    """Whether ``module`` keeps input statistics that its learner updates with each train batch's observations
+    (``keeps_input_statistics`` true, e.g. ``normalize_obs``; then it has ``update_input_statistics(obs)``). Learners
+    that update them set ``updates_input_statistics = True``, which such modules check at config time."""
+    return bool(getattr(module, "keeps_input_statistics", False))
+
+
 class LossRows(NamedTuple):
     """A batch ready for the loop: tensors on the learner's device whose first axis is the row axis."""
 

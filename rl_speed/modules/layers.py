@@ -71,6 +71,9 @@ class RunningNorm(nn.Module):
     forward never changes them, so a captured learner step reads them as they are. They start at mean 0, variance 1
     and a count of 1 (the identity up to the clamp), so the first batch sets them almost alone."""
 
+    #: Rows per step of :meth:`fold` (the float copy of one chunk, not of a whole batch).
+    chunk = 1024
+
     def __init__(self, shape: tuple[int, ...], epsilon: float = 1e-5, clip: float = 5.0) -> None:
         super().__init__()
         self.epsilon, self.clip = epsilon, clip
@@ -95,6 +98,13 @@ class RunningNorm(nn.Module):
         self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
         self.mean.add_(delta * n / total)
         self.count.copy_(total)
+
+    @torch.no_grad()
+    def fold(self, obs: Any, preprocess: nn.Module) -> None:
+        """Folds raw observations into the statistics as ``preprocess`` turns them into this norm's input, a chunk
+        of rows at a time (a structure of tensors, e.g. a Dict observation, in one pass)."""
+        for part in obs.split(self.chunk) if isinstance(obs, torch.Tensor) else [obs]:
+            self.update(preprocess(part))
 
 
 def normalize_obs_problem(given: dict, config: Any) -> str | None:

@@ -35,9 +35,6 @@ class NatureActorCritic(CategoricalActorCritic):
     #: its policy and value heads share the encoder.
     model_config_keys = {"fcnet_hiddens": None, "vf_share_layers": (True,), "normalize_obs": (False, True)}
 
-    #: Rows per step of :meth:`update_input_statistics` (the float copy of one chunk, not of a whole batch).
-    statistics_chunk = 1024
-
     @staticmethod
     def check_model_config(given: dict, config: Any) -> str | None:
         return normalize_obs_problem(given, config)
@@ -60,10 +57,12 @@ class NatureActorCritic(CategoricalActorCritic):
         x = self.preprocess(obs)
         return self.encoder(x if self.obs_norm is None else self.obs_norm(x))
 
-    @torch.no_grad()
+    @property
+    def keeps_input_statistics(self) -> bool:
+        """``normalize_obs``: FastPPO's learner then calls :meth:`update_input_statistics` once per batch."""
+        return self.obs_norm is not None
+
     def update_input_statistics(self, obs: torch.Tensor) -> None:
-        """Folds a train batch's observations ``[B, H, W, C]`` into ``normalize_obs``'s statistics (a no-op
-        without it); the learner calls it once per batch, before it computes the batch's values."""
-        if self.obs_norm is not None:
-            for chunk in obs.split(self.statistics_chunk):
-                self.obs_norm.update(self.preprocess(chunk))
+        """Folds a train batch's observations ``[B, H, W, C]`` into ``normalize_obs``'s statistics, before the
+        learner computes the batch's values."""
+        self.obs_norm.fold(obs, self.preprocess)

@@ -175,9 +175,6 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
                                                   "conv_channels", "batch_norm", "dueling", "double_q", "epsilon")},
                          "normalize_obs": (False, True)}
 
-    #: Rows per step of :meth:`update_input_statistics` (the float copy of one chunk, not of a whole batch).
-    statistics_chunk = 1024
-
     @staticmethod
     def check_model_config(given: dict, config: Any) -> str | None:
         """The keys that only one encoder reads, given with another one named."""
@@ -207,15 +204,14 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
         self.epsilon_schedule = Scheduler(fixed_value_or_schedule=cfg.get("epsilon", 0.05), framework="torch")
         self.q = QTorso(self.observation_space, self.num_actions, cfg)
 
-    @torch.no_grad()
+    @property
+    def keeps_input_statistics(self) -> bool:
+        """``normalize_obs``: FastDQN's learner then calls :meth:`update_input_statistics` once per update call."""
+        return self.q.obs_norm is not None
+
     def update_input_statistics(self, obs: Any) -> None:
-        """Folds observations (a learner's replayed batch) into ``normalize_obs``'s statistics (a no-op without
-        it); FastDQN's learner calls it once per update call, before its minibatches."""
-        if self.q.obs_norm is None:
-            return
-        chunks = obs.split(self.statistics_chunk) if isinstance(obs, torch.Tensor) else [obs]
-        for chunk in chunks:
-            self.q.obs_norm.update(self.q.pre(chunk))
+        """Folds a learner's replayed observations into ``normalize_obs``'s statistics, before its minibatches."""
+        self.q.obs_norm.fold(obs, self.q.pre)
 
     @override(QNetAPI)
     def compute_q_values(self, batch: dict[str, Any]) -> dict[str, Any]:

@@ -34,9 +34,10 @@ def test_normalize_obs_keeps_running_pixel_statistics_in_the_modules_state():
     space = gym.spaces.Box(0, 255, (40, 40, 2), np.uint8)
     plain = NatureActorCritic(observation_space=space, action_space=gym.spaces.Discrete(3), model_config={})
     assert not any("obs_norm" in key for key in plain.state_dict())  # checkpoints without it keep loading
+    assert not plain.keeps_input_statistics  # the learner selects no frames for it
     net = NatureActorCritic(observation_space=space, action_space=gym.spaces.Discrete(3),
                             model_config={"normalize_obs": True})
-    net.statistics_chunk = 3  # several chunks: the same statistics as one
+    net.obs_norm.chunk = 3  # several chunks: the same statistics as one
     frames = torch.randint(0, 256, (8, 40, 40, 2), dtype=torch.uint8)
     before = net._forward({Columns.OBS: frames})[Columns.EMBEDDINGS]
     net.update_input_statistics(frames)

@@ -28,7 +28,7 @@ def test_normalize_obs_statistics_reach_the_target_network_with_its_update():
     module = QNetModule(observation_space=gym.spaces.Box(-10, 10, (3,), np.float32),
                         action_space=gym.spaces.Discrete(2), model_config={"normalize_obs": True})
     module.make_target_networks()
-    module.statistics_chunk = 4  # several chunks: the same statistics as one
+    module.q.obs_norm.chunk = 4  # several chunks: the same statistics as one
     obs = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 5.0]] * 5)
     module.update_input_statistics(obs)
     torch.testing.assert_close(module.q.obs_norm.mean, obs.double().mean(0) * 10 / 11)
