@@ -18,8 +18,7 @@ SHARED = ["env", "env_config", "num_env_runners", "num_envs_per_env_runner", "ro
 PER_ALGO = {"PPO": ["minibatch_size", "num_epochs", "lambda_", "clip_param", "entropy_coeff", "vf_loss_coeff",
                     "use_kl_loss"],
             "DQN": ["training_intensity", "n_step", "double_q", "dueling", "target_network_update_freq",
-                    "num_steps_sampled_before_learning_starts", "epsilon", "min_sample_timesteps_per_iteration",
-                    "model_config"]}
+                    "num_steps_sampled_before_learning_starts", "epsilon", "min_sample_timesteps_per_iteration"]}
 
 
 @pytest.mark.parametrize("algo", ["PPO", "DQN"])
@@ -29,6 +28,9 @@ def test_stock_config_mirrors_the_preset(algo):
     assert isinstance(stock, PPOConfig if algo == "PPO" else DQNConfig) and type(stock).__module__.startswith("ray.")
     for key in SHARED + PER_ALGO[algo]:
         assert getattr(stock, key) == getattr(fast, key), key
+    # the preset's module keys, less normalize_obs: stock learners would never update its statistics
+    assert fast.model_config["normalize_obs"] is True and "normalize_obs" not in stock.model_config
+    assert stock.model_config == {k: v for k, v in fast.model_config.items() if k != "normalize_obs"}
     expected_module = "NatureActorCritic" if algo == "PPO" else "QNetModule"
     assert stock.rl_module_spec.module_class.__name__ == expected_module
     if algo == "DQN":  # RLlib's episode buffer, same type name and capacity, in host memory

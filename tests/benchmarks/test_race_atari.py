@@ -145,6 +145,12 @@ def test_overrides_reach_both_rllib_contenders_and_bad_ones_stop_before_ray_star
     # stock PPO's learner would never update the statistics: it runs without them, as without the captured step
     stock = race_atari.rllib_contender_config("PPO (ours)", files, seed=1, device="cuda", overrides=normalized)
     assert type(stock).__name__ == "PPOConfig" and "normalize_obs" not in stock.model_config
+    # Pong's DQN preset standardizes its frames; stock DQN beside it gets the preset's other module keys
+    fast_dqn = race_atari.rllib_contender_config("FastDQN (ours)", files, seed=1, device="cuda")
+    assert fast_dqn.model_config["normalize_obs"] is True
+    stock_dqn = race_atari.rllib_contender_config("DQN (ours)", files, seed=1, device="cuda")
+    assert type(stock_dqn).__name__ == "DQNConfig" and "normalize_obs" not in stock_dqn.model_config
+    assert stock_dqn.model_config["encoder"] == "nature" and stock_dqn.model_config["batch_norm"] is False
 
 
 def test_sb3_contenders_take_env_config_overrides_only(tmp_path):
