@@ -236,7 +236,6 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
     config = dict(config)
     connectors = {key: _connector_factory(source, name, key, config.pop(key))
                   for key in ("env_to_module_connector", "learner_connector") if key in config}
-    model_config = config.pop("model_config", None)
     module_class = None
     if "rl_module" in config:
         from rl_speed.registry import MODULES, resolve_module
@@ -247,10 +246,10 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
             raise ExperimentFileError(source, f"{name}.config.rl_module", f"unknown RLModule {e}.",
                                       f"use one of {', '.join(sorted(MODULES))} or a 'package.module:Class' path.") \
                 from None
+    from rl_speed.algorithms.config import ColumnarConfigMixin, check_model_config_keys, update_config
+
     try:
-        algo_config = default.update_from_dict(config)
-        if model_config is not None:
-            algo_config.rl_module(model_config=model_config)
+        algo_config = update_config(default, config)
         if "env_to_module_connector" in connectors:
             algo_config.env_runners(env_to_module_connector=connectors["env_to_module_connector"])
         if "learner_connector" in connectors:
@@ -260,8 +259,6 @@ def _algorithm_config(source: str, name: str, algo_class: type, config: dict) ->
 
             algo_config.rl_module(rl_module_spec=RLModuleSpec(module_class=module_class))
         algo_config.validate()  # RLlib's own checks (e.g. minibatch_size <= train_batch_size_per_learner)
-        from rl_speed.algorithms.config import ColumnarConfigMixin, check_model_config_keys
-
         if not isinstance(algo_config, ColumnarConfigMixin):  # (a columnar config's validate() checked them)
             check_model_config_keys(algo_config, algo_class.__name__)  # stock PPO on one of rl_speed's modules
     except Exception as e:

@@ -94,16 +94,12 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
     _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
     config.environment(judged_id(task.env_id, files), env_config={**config.env_config, **env_config(game, overrides)})
     config.debugging(seed=seed)
+    from rl_speed.algorithms.config import check_model_config_keys, update_config
+
     rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
-    model_config = rest.pop("model_config", None)  # (a read-only property for RLlib's update_from_dict)
     if rest:
-        config = config.update_from_dict(rest)
-    if model_config is not None:
-        config.rl_module(model_config=model_config)
-    if rest or model_config is not None:
-        config.validate()  # a bad key or value stops here, before Ray starts any runner
+        update_config(config, rest).validate()  # a bad key or value stops here, before Ray starts any runner
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
-        from rl_speed.algorithms.config import check_model_config_keys
 
         config = stock_config(contender[:3], config).debugging(seed=seed)
         check_model_config_keys(config, contender)  # e.g. a key only FastPPO's learner honours

@@ -92,12 +92,13 @@ def one_start(variant: Variant, device: str) -> dict:
         import rl_speed
         from benchmarks.scaling.timed_runner import TimedEnvRunner, TimedEnvRunnerResettingLate
         from benchmarks.throughput.atari import preset
+        from rl_speed.algorithms.config import update_config
 
         rl_speed.register()
         _, config = preset("PPO", device=device)
         config.debugging(seed=0)  # seeded as the race's runs (a seeded ale-py reset reloads each emulator's ROM)
         config.env_runners(env_runner_cls=TimedEnvRunner if variant.prefetch_reset else TimedEnvRunnerResettingLate)
-        config.update_from_dict(variant.changes)
+        update_config(config, variant.changes)
         algo = build_with_every_runner(config)
         driver["built"] = time.monotonic() - start
         runners = algo.env_runner_group.foreach_env_runner(lambda r: r.startup, local_env_runner=False)

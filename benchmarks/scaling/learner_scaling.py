@@ -161,6 +161,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
     import ray
 
     import rl_speed
+    from rl_speed.algorithms.config import update_config
     from rl_speed.registry import check_env_installed
 
     rl_speed.register()
@@ -208,7 +209,7 @@ def run(repeats: int = 1, device: str = "cpu", seconds: float = 40.0, warmup: in
             preset = _load(PRESETS[name])
             batch = runners * preset.num_envs_per_env_runner * preset.rollout_fragment_length
             plan = [(k, seen) for k in counts for seen in gpus_seen]
-            configs = {k: _scaled(preset, runners, k, device, cpus_per_learner).update_from_dict(overrides or {})
+            configs = {k: update_config(_scaled(preset, runners, k, device, cpus_per_learner), overrides or {})
                        for k in counts}
             runs: dict[tuple[int, str], list[dict]] = {key: [] for key in plan}
             failed: dict[tuple[int, str], str] = {}

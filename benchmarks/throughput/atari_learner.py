@@ -63,6 +63,7 @@ def build(device: str, changes: dict, batch: int | None = None, epochs: int | No
     """The preset's FastPPO with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
     ``epochs`` shrink it (tests, the CPU)."""
     from benchmarks.throughput.atari import preset
+    from rl_speed.algorithms.config import update_config
 
     _, config = preset("PPO", device=device, cpus=1)
     config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
@@ -74,7 +75,7 @@ def build(device: str, changes: dict, batch: int | None = None, epochs: int | No
             train_batch_size_per_learner=batch, minibatch_size=min(config.minibatch_size, batch))
     if epochs:
         config.training(num_epochs=epochs)
-    config.update_from_dict(changes)
+    update_config(config, changes)
     return config.build_algo()
 
 
@@ -213,6 +214,7 @@ def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_st
     """FastDQN's Pong preset with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
     ``iteration_steps`` (env steps per iteration, hence updates per learning phase) shrink it (tests, the CPU)."""
     from benchmarks.throughput.atari import preset
+    from rl_speed.algorithms.config import update_config
 
     _, config = preset("DQN", device=device, cpus=1)
     config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
@@ -222,7 +224,7 @@ def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_st
         config.training(train_batch_size_per_learner=batch)
     if iteration_steps:
         config.reporting(min_sample_timesteps_per_iteration=iteration_steps)
-    config.update_from_dict(changes)
+    update_config(config, changes)
     return config.build_algo()
 
 

@@ -392,6 +392,20 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
         config._value_error(f"{name}: `cuda_graph: true` cannot be used here: " + "; ".join(problems) + ".")
 
 
+def update_config(config: Any, changes: dict) -> Any:
+    """``config`` with ``changes`` (config keys and values, as a YAML file's ``config:`` or ``--config``) applied:
+    RLlib's ``update_from_dict``, except ``model_config``, which it cannot set (a read-only property there: it raises
+    AttributeError); a given ``model_config`` replaces the config's whole one, as ``rl_module(model_config=...)``
+    does. Returns the same config object."""
+    rest = dict(changes)
+    model_config = rest.pop("model_config", None)
+    if rest:
+        config = config.update_from_dict(rest)
+    if model_config is not None:
+        config.rl_module(model_config=model_config)
+    return config
+
+
 def check_model_config_keys(config: Any, name: str) -> None:
     """Each ``model_config`` key a user set must be one the chosen module reads: rl_speed's own modules declare the
     keys they read (``model_config_keys``: key -> None for any value, or the values the module implements), and a key

@@ -139,3 +139,15 @@ def test_normalize_obs_is_refused_where_nothing_would_update_its_statistics():
         rl_module_spec=RLModuleSpec(module_class=QNetModule), model_config={"normalize_obs": True})
     with pytest.raises(ValueError, match="DQNTorchLearner would leave them at their start"):
         check_model_config_keys(stock_dqn, "DQN")
+
+
+def test_update_config_sets_model_config_which_rllibs_update_from_dict_cannot():
+    from rl_speed.algorithms.config import update_config
+
+    with pytest.raises(AttributeError, match="model_config"):  # why update_config exists; gone, it can go too
+        FastPPOConfig().update_from_dict({"model_config": {"normalize_obs": True}})
+    config = _nature({"fcnet_hiddens": [64]})
+    assert update_config(config, {"lr": 1e-3, "model_config": {"normalize_obs": True}}) is config
+    assert config.lr == 1e-3
+    assert config.model_config["normalize_obs"] is True and "fcnet_hiddens" not in config.model_config  # replaced
+    assert update_config(config, {"num_epochs": 3}).model_config["normalize_obs"] is True  # untouched without it
