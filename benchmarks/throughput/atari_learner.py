@@ -201,9 +201,12 @@ def run(repeats: int = 5, device: str = "cpu") -> str:
     ])
 
 
+#: The preset's Q-net without its per-pixel standardization: ``atari_dqn_gpu.yaml``'s other ``model_config`` keys
+#: (a given ``model_config`` replaces the preset's whole one).
+WITHOUT_NORMALIZE_OBS = {"model_config": {"encoder": "nature", "batch_norm": False}}
 #: FastDQN rows: config keys over the preset's. A larger batch makes proportionally fewer updates of the same env steps.
-DQN_CUDA_ROWS = {"preset": {}, "bf16": {"mixed_precision": "bf16"}, "batch 512": {"train_batch_size_per_learner": 512},
-                 "captured step off": {"cuda_graph": False}}
+DQN_CUDA_ROWS = {"preset": {}, "normalize_obs off": WITHOUT_NORMALIZE_OBS, "bf16": {"mixed_precision": "bf16"},
+                 "batch 512": {"train_batch_size_per_learner": 512}, "captured step off": {"cuda_graph": False}}
 DQN_CPU_ROWS = {"preset": {}, "batch x2": None}  # None: twice the preset's (shrunk) batch
 #: Replay slots per row: the preset's 1M frame stacks take 28 GB of GPU memory, and four rows side by side would not
 #: fit one GPU with their samples; the sum tree is then 18 levels deep instead of 20.

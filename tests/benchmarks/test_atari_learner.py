@@ -73,6 +73,20 @@ def test_dqn_rows_learn_from_the_same_replay_with_their_own_batch(ray_session):
     assert all(m["replay"] > 0 and m["learn"] > 0 for m in out.values())
 
 
+def test_the_dqn_row_without_normalize_obs_differs_from_the_preset_in_that_key_only(ray_session):
+    preset = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=32)
+    plain = atari_learner.build_dqn("cpu", atari_learner.WITHOUT_NORMALIZE_OBS, batch=16, iteration_steps=32)
+    try:
+        assert preset.config.model_config["normalize_obs"] is True
+        assert plain.config.model_config == {k: v for k, v in preset.config.model_config.items()
+                                             if k != "normalize_obs"}
+        modules = [a.learner_group._learner.module[DEFAULT_MODULE_ID] for a in (preset, plain)]
+        assert [m.keeps_input_statistics for m in modules] == [True, False]
+    finally:
+        preset.stop()
+        plain.stop()
+
+
 def test_a_dqn_learning_phase_samples_its_updates_and_moves_the_q_net(ray_session):
     algo = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=32)
     try:
