@@ -89,18 +89,16 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
     judge, with ``overrides`` (config keys, as ``rl-speed train --config``) applied to the preset before the stock
     contenders copy its settings."""
     from benchmarks.throughput.atari import preset, stock_config
+    from rl_speed.algorithms.config import check_model_config_keys, update_config
 
     task = GAMES[game]
     _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
     config.environment(judged_id(task.env_id, files), env_config={**config.env_config, **env_config(game, overrides)})
     config.debugging(seed=seed)
-    from rl_speed.algorithms.config import check_model_config_keys, update_config
-
     rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
     if rest:
         update_config(config, rest).validate()  # a bad key or value stops here, before Ray starts any runner
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
-
         config = stock_config(contender[:3], config).debugging(seed=seed)
         check_model_config_keys(config, contender)  # e.g. a key only FastPPO's learner honours
         return config
