@@ -77,7 +77,8 @@ class ObsPreprocessor(nn.Module):
             if len(self.shape) == 2:
                 return planes.permute(0, 3, 1, 2)  # [B, H, W, K] -> [B, K, H, W]
             return planes.flatten(1)  # [B, D, K] -> [B, D*K]
-        x = obs.float() * self.scale if self.scale != 1.0 else obs.float()
+        # an integer tensor times a Python float is float32 in one pass (cast and scale fused)
+        x = obs * self.scale if self.scale != 1.0 else obs.float()
         if len(self.shape) == 3:
             return x.permute(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W]
         return x.flatten(1)

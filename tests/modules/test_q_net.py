@@ -6,6 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from rl_speed.modules.q_net import QNetModule
 
@@ -40,3 +41,21 @@ def test_normalize_obs_statistics_reach_the_target_network_with_its_update():
     plain = QNetModule(observation_space=gym.spaces.Box(-10, 10, (3,), np.float32),
                        action_space=gym.spaces.Discrete(2), model_config={})
     assert plain.q.obs_norm is None and not any("obs_norm" in key for key in plain.state_dict())
+
+
+@pytest.mark.parametrize("space, expected", [
+    # uint8 frames: /255 in float32, channels first, exactly as a cast and then a multiply would give
+    (gym.spaces.Box(0, 255, (5, 6, 4), np.uint8),
+     lambda obs: (obs.float() * (1.0 / 255.0)).permute(0, 3, 1, 2)),
+    # float vectors: cast only; small-integer grids: one-hot planes
+    (gym.spaces.Box(-1, 1, (7,), np.float32), lambda obs: obs.float()),
+    (gym.spaces.Box(0, 3, (4, 5), np.int64),
+     lambda obs: torch.nn.functional.one_hot(obs.long(), 4).float().permute(0, 3, 1, 2)),
+])
+def test_obs_preprocessor_gives_float32_in_the_encoders_layout(space, expected):
+    from rl_speed.modules.q_net import ObsPreprocessor
+
+    obs = torch.from_numpy(np.stack([space.sample() for _ in range(3)]))
+    out = ObsPreprocessor(space)(obs)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, expected(obs))
