@@ -242,8 +242,12 @@ def atari_random_return(env_config: dict, episodes: int = 100, seed: int = 0) ->
 
 
 @pytest.mark.slow
-@pytest.mark.ci
-def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env):
+@pytest.mark.parametrize("model_config", [
+    pytest.param({}, marks=pytest.mark.ci, id="preset"),
+    # the value head on standardized returns (rl_games' normalize_value): learns as well here (not in CI)
+    pytest.param({"normalize_value": True}, id="normalize_value"),
+])
+def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env, model_config):
     """The pixel path learns on this CPU: FastPPO with atari_ppo.yaml's Breakout settings (Nature CNN, uint8 frames
     from ale-py's vector env to the module), with one change: a lost life ends the episode and starts a new game
     (ale-py's ``episodic_life``), so a return is the bricks of a game's first life and there are many episodes in a
@@ -251,6 +255,8 @@ def test_breakout_fastppo_cpu_beats_random_within_150_seconds(tmp_path, cli_env)
     pytest.importorskip("ale_py", reason="needs the [atari] extra: pip install -e '.[atari]'")
     experiment = yaml.safe_load(open(ROOT / "tuned_examples" / "atari_ppo.yaml"))["breakout-fastppo"]
     experiment["config"]["env_config"]["episodic_life"] = True
+    if model_config:  # the preset sets none
+        experiment["config"]["model_config"] = model_config
     baseline = atari_random_return(experiment["config"]["env_config"])
     rows = train_experiment("breakout", experiment, {"time_total_s": 150}, tmp_path, cli_env)
     returns = [float(r["env_runners/episode_return_mean"]) for r in rows

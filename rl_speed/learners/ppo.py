@@ -72,6 +72,14 @@ def update_statistics(module: Any, obs: Any, rows: torch.Tensor) -> None:
         module.update_input_statistics(tree.map_structure(lambda o: o[:-1][rows], obs))
 
 
+def value_statistics(module: Any) -> Any:
+    """The running statistics of the value targets a module's value head is trained in, or None: its ``value_norm``
+    (a :class:`rl_speed.modules.layers.RunningNorm` of one number) where ``keeps_value_statistics`` is true, e.g.
+    NatureActorCritic's ``normalize_value``. Learners that update them set ``updates_value_statistics = True``, which
+    such modules check at config time."""
+    return module.value_norm if getattr(module, "keeps_value_statistics", False) else None
+
+
 def replace_gae_connector(learner: PPOTorchLearner, gae_class: type) -> None:
     """Swaps RLlib's GeneralAdvantageEstimation at the end of a built PPO learner's pipeline for ``gae_class`` (same
     constructor), where the pipeline has RLlib's default pieces (a user's own pipeline is left as it is)."""
@@ -117,6 +125,9 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
     #: It updates a module's input statistics (rl_speed.learners.update_loop.keeps_input_statistics) with each train
     #: batch's real steps, before their values (NatureActorCritic's ``normalize_obs``; checked at config time).
     updates_input_statistics = True
+    #: It converts a module's values to returns' units for GAE and folds each train batch's value targets into the
+    #: module's value statistics (:func:`value_statistics`; NatureActorCritic's ``normalize_value``).
+    updates_value_statistics = True
 
     @override(UpdateLoopMixin)
     def prepare_columns(self, batches: list[dict], minibatch_size: int | None) -> list[LossRows]:
@@ -219,6 +230,11 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
         if len(module_ids) == 1:  # one module owns every lane (a shared policy): the single-module path, no gathers
             return {module_ids[0]: self.compute_advantages(module_ids[0], columns)} \
                 if self.should_module_be_updated(module_ids[0]) else {}
+        with_value_statistics = [m for m in module_ids if value_statistics(self.module[m].unwrapped()) is not None]
+        if with_value_statistics:  # (refused at config time where RLlib's `policies` name the modules)
+            raise ValueError(f"FastPPO: `normalize_value` on module(s) {with_value_statistics} among "
+                             f"{len(module_ids)} modules; value statistics are kept for one module only. Remove the "
+                             "key or train one module.")
         owner = tensor(columns[C.MODULE]).long()  # [T + 1, L]
         by_module = C.BY_MODULE in columns  # agents with different spaces: each module's data in its own columns
 
@@ -323,9 +339,15 @@ class FastPPOTorchLearner(UpdateLoopMixin, OptimizerStepMixin, PPOTorchLearner):
             values = module.compute_values(value_batch).reshape(t_len + 1, n)
         valid = tensor(columns[C.VALID])
         next_row = tensor(columns[C.NEXT_ROW]) if C.NEXT_ROW in columns else None  # (turn-based, a shared policy)
+        value_norm = value_statistics(module)
+        if value_norm is not None:  # the head predicts standardized returns: GAE needs returns' units
+            values = value_norm.denormalize(values)
         advantages, targets = vectorized_gae(values, rewards, tensor(columns[C.TERMINATEDS]),
                                              tensor(columns[C.TRUNCATEDS]), valid, gamma=self.config.gamma,
                                              lambda_=self.config.lambda_, next_row=next_row)
+        if value_norm is not None:  # fold the real steps' targets in, then train the head on them standardized
+            value_norm.update(targets[valid])
+            targets, values = value_norm(targets), value_norm(values)
         # As RLlib's GeneralAdvantageEstimation: standardized over the learner's batch (population std, floored at
         # 1e-4), but over real steps only.
         advantages = standardize(advantages, valid, min_std=1e-4)

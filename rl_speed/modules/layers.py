@@ -87,6 +87,12 @@ class RunningNorm(nn.Module):
         gain = torch.rsqrt(self.var + self.epsilon)
         return torch.addcmul((-self.mean * gain).to(x.dtype), x, gain.to(x.dtype)).clamp_(-self.clip, self.clip)
 
+    def denormalize(self, y: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`forward` within the clamp: ``clamp(y) * sqrt(var + 1e-5) + mean`` (rl_games'
+        ``unnorm``), e.g. a value head's output in the units of the returns it was trained on."""
+        std = torch.sqrt(self.var + self.epsilon).to(y.dtype)
+        return torch.addcmul(self.mean.to(y.dtype), y.clamp(-self.clip, self.clip), std)
+
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         """Folds the rows of ``x`` ``[B, *shape]`` into the statistics (Chan et al.'s parallel update), in place."""
@@ -109,18 +115,31 @@ class RunningNorm(nn.Module):
             self.update(preprocess(part))
 
 
-def normalize_obs_problem(given: dict, config: Any) -> str | None:
-    """Why a module's ``normalize_obs: true`` cannot be honoured by ``config``, or None: :class:`RunningNorm`'s
-    statistics need a learner that updates them (one whose class sets ``updates_input_statistics``) and only one
-    learner (each would fold in its own share of the data, and the runners would get only the first one's)."""
-    if not given.get("normalize_obs"):
-        return None
-    learner = config.learner_class
-    if not getattr(learner, "updates_input_statistics", False):
-        return (f"`normalize_obs: true` needs a learner that updates the running statistics (FastPPO's or "
-                f"FastDQN's); {learner.__name__} would leave them at their start (mean 0, variance 1). Use FastPPO "
-                "or FastDQN, or remove the key.")
-    if (config.num_learners or 0) > 1:
-        return (f"`normalize_obs: true` on {config.num_learners} learners: each would update its own statistics "
-                "from its share of the data; use `num_learners` 0 or 1, or remove the key.")
+#: The model_config keys whose running statistics (:class:`RunningNorm`) a learner updates, each with the learner
+#: class attribute that says it does and the learners that set it.
+RUNNING_STATISTICS = {"normalize_obs": ("updates_input_statistics", ("FastPPO", "FastDQN")),
+                      "normalize_value": ("updates_value_statistics", ("FastPPO",))}
+
+
+def running_statistics_problem(given: dict, config: Any) -> str | None:
+    """Why a module's ``normalize_obs`` / ``normalize_value: true`` cannot be honoured by ``config``, or None:
+    :class:`RunningNorm`'s statistics need a learner that updates them (one whose class sets the attribute in
+    :data:`RUNNING_STATISTICS`) and only one learner (each would fold in its own share of the data, and the runners
+    would get only the first one's). Value statistics also need one module: FastPPO's multi-module advantages do
+    not convert values."""
+    for key, (attribute, algorithms) in RUNNING_STATISTICS.items():
+        if not given.get(key):
+            continue
+        learner = config.learner_class
+        if not getattr(learner, attribute, False):
+            learners = " or ".join(f"{name}'s" for name in algorithms)
+            return (f"`{key}: true` needs a learner that updates the running statistics ({learners}); "
+                    f"{learner.__name__} would leave them at their start (mean 0, variance 1). Use "
+                    f"{' or '.join(algorithms)}, or remove the key.")
+        if (config.num_learners or 0) > 1:
+            return (f"`{key}: true` on {config.num_learners} learners: each would update its own statistics "
+                    "from its share of the data; use `num_learners` 0 or 1, or remove the key.")
+        if key == "normalize_value" and len(config.policies or {}) > 1:
+            return (f"`normalize_value: true` with {len(config.policies)} modules: FastPPO keeps value statistics "
+                    "for one module (a shared policy); remove the key or train one module.")
     return None

@@ -9,7 +9,11 @@ not floats. The policy head starts near uniform (weights scaled by 0.01).
 model_config: ``fcnet_hiddens`` (the units after the convs, default [512]); ``normalize_obs`` (default false): each
 pixel standardized by running statistics after the 1/255 scaling (:class:`rl_speed.modules.layers.RunningNorm`, as
 rl_games' ``normalize_input``), which FastPPO's learner updates once per train batch
-(:meth:`NatureActorCritic.update_input_statistics`); refused at config time where nothing would update them.
+(:meth:`NatureActorCritic.update_input_statistics`); ``normalize_value`` (default false): the value head predicts
+returns standardized by running statistics of the value targets (rl_games' ``normalize_value``); FastPPO's learner
+turns its values into returns' units for GAE, folds each batch's value targets into the statistics and trains the
+head on the targets standardized by them (:attr:`NatureActorCritic.value_norm`). Both are refused at config time
+where nothing would update them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 
 from rl_speed.modules.actor_critic import CategoricalActorCritic
-from rl_speed.modules.layers import RunningNorm, nature_cnn, normalize_obs_problem
+from rl_speed.modules.layers import RunningNorm, nature_cnn, running_statistics_problem
 from rl_speed.modules.q_net import ObsPreprocessor
 
 
@@ -33,11 +37,12 @@ class NatureActorCritic(CategoricalActorCritic):
 
     #: What it reads from model_config (checked at config time: rl_speed.algorithms.config.check_model_config_keys);
     #: its policy and value heads share the encoder.
-    model_config_keys = {"fcnet_hiddens": None, "vf_share_layers": (True,), "normalize_obs": (False, True)}
+    model_config_keys = {"fcnet_hiddens": None, "vf_share_layers": (True,), "normalize_obs": (False, True),
+                         "normalize_value": (False, True)}
 
     @staticmethod
     def check_model_config(given: dict, config: Any) -> str | None:
-        return normalize_obs_problem(given, config)
+        return running_statistics_problem(given, config)
 
     @override(TorchRLModule)
     def setup(self) -> None:
@@ -49,6 +54,9 @@ class NatureActorCritic(CategoricalActorCritic):
         model_config = self.model_config or {}
         hiddens = list(model_config.get("fcnet_hiddens") or [512])
         self.obs_norm = RunningNorm(self.preprocess.out_shape) if model_config.get("normalize_obs") else None
+        # normalize_value: statistics of the value targets (one number each); compute_values stays in the head's
+        # standardized units, which the loss trains against standardized targets
+        self.value_norm = RunningNorm(()) if model_config.get("normalize_value") else None
         self.encoder, width = nature_cnn(self.preprocess.out_shape, hiddens, batch_norm=False)
         self.make_heads(width)
 
@@ -61,6 +69,12 @@ class NatureActorCritic(CategoricalActorCritic):
     def keeps_input_statistics(self) -> bool:
         """``normalize_obs``: FastPPO's learner then calls :meth:`update_input_statistics` once per batch."""
         return self.obs_norm is not None
+
+    @property
+    def keeps_value_statistics(self) -> bool:
+        """``normalize_value``: FastPPO's learner then converts this module's values with :attr:`value_norm` and
+        folds each batch's value targets into it (rl_speed.learners.ppo.value_statistics)."""
+        return self.value_norm is not None
 
     def update_input_statistics(self, obs: torch.Tensor) -> None:
         """Folds a train batch's observations ``[B, H, W, C]`` into ``normalize_obs``'s statistics, before the

@@ -48,7 +48,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.schedules.scheduler import Scheduler
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
-from rl_speed.modules.layers import ACTIVATIONS, RunningNorm, cnn, mlp, nature_cnn, normalize_obs_problem
+from rl_speed.modules.layers import ACTIVATIONS, RunningNorm, cnn, mlp, nature_cnn, running_statistics_problem
 
 #: model_config ``encoder`` values.
 ENCODERS = ("mlp", "cnn", "nature")
@@ -189,7 +189,7 @@ class QNetModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
             return f"`conv_channels` sizes the 'cnn' encoder, not {encoder!r}; remove it or set `encoder: cnn`."
         if "batch_norm" in given and encoder != "nature":
             return "`batch_norm` applies to the 'nature' encoder only; remove it or set `encoder: nature`."
-        return normalize_obs_problem(given, config)
+        return running_statistics_problem(given, config)
 
     @override(RLModule)
     def setup(self) -> None:

@@ -141,6 +141,29 @@ def test_normalize_obs_is_refused_where_nothing_would_update_its_statistics():
         check_model_config_keys(stock_dqn, "DQN")
 
 
+def test_normalize_value_is_refused_where_its_statistics_would_not_be_kept():
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rl_speed.algorithms.config import check_model_config_keys
+
+    _nature({"normalize_value": True}).validate()  # FastPPO's learner converts, folds and standardizes
+    stock = PPOConfig().environment("CartPole-v1").rl_module(
+        rl_module_spec=RLModuleSpec(module_class=NatureActorCritic), model_config={"normalize_value": True})
+    with pytest.raises(ValueError, match="`normalize_value: true` needs a learner that updates the running statistics "
+                                         "\\(FastPPO's\\); PPOTorchLearner would leave"):
+        check_model_config_keys(stock, "PPO")  # RLlib's GAE would read standardized values as returns
+    assert "each would update its own statistics" in _refusal(
+        _nature({"normalize_value": True}).learners(num_learners=2))
+    several = _nature({"normalize_value": True}).multi_agent(
+        policies={"a", "b"}, policy_mapping_fn=lambda agent_id, episode, **kwargs: "a")
+    assert "`normalize_value: true` with 2 modules" in _refusal(several)
+    assert "`model_config.normalize_value`=1.5 is not what NatureActorCritic implements" in _refusal(
+        _nature({"normalize_value": 1.5}))
+    # FastDQN's Q-network has no value head to normalize: a key it does not read
+    assert "normalize_value" in _refusal(
+        FastDQNConfig().environment("CartPole-v1").rl_module(model_config={"normalize_value": True}))
+
+
 def test_update_config_sets_model_config_which_rllibs_update_from_dict_cannot():
     from rl_speed.algorithms.config import update_config
 

@@ -290,6 +290,54 @@ class _Frames:
         return Frames()
 
 
+def test_normalize_value_gae_in_returns_units_and_the_head_trained_on_standardized_targets(ray_session):
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rl_speed.gae import vectorized_gae
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    algo = (FastPPOConfig().environment(_Frames)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=8)
+            .rl_module(rl_module_spec=RLModuleSpec(module_class=NatureActorCritic),
+                       model_config={"normalize_value": True})
+            .training(train_batch_size_per_learner=32, minibatch_size=16, num_epochs=1, gamma=0.9, lambda_=0.8)
+            .debugging(seed=3)).build_algo()
+    try:
+        learner = algo.learner_group._learner
+        module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+        norm = module.value_norm
+        norm.mean.fill_(2.0), norm.var.fill_(9.0), norm.count.fill_(50.0)  # statistics of earlier batches
+        columns = algo.env_runner.sample_columns()
+        valid = torch.from_numpy(columns["valid"])
+        assert (~valid).any()  # reset steps are not steps taken: not folded in
+        with torch.no_grad():
+            head = module.compute_values({RLlibColumns.OBS: torch.from_numpy(columns["obs"]).flatten(0, 1)})
+        values = (head.clamp(-5, 5) * 3.0 + 2.0).reshape(9, 4)  # the head's output in returns' units
+        advantages, targets = vectorized_gae(
+            values, torch.from_numpy(columns["rewards"]), torch.from_numpy(columns["terminateds"]),
+            torch.from_numpy(columns["truncateds"]), valid, gamma=0.9, lambda_=0.8)
+        batch = learner.compute_advantages(DEFAULT_MODULE_ID, columns)
+        real = targets[valid].double()
+        n = len(real)
+        count = 50.0 + n
+        mean = 2.0 + (real.mean() - 2.0) * n / count
+        var = (9.0 * 50.0 + real.var(unbiased=False) * n + (real.mean() - 2.0) ** 2 * 50.0 * n / count) / count
+        assert norm.count.item() == count
+        torch.testing.assert_close(norm.mean, mean)
+        torch.testing.assert_close(norm.var, var)
+        # the loss's targets: the returns standardized by the statistics that now include them
+        expected = ((targets - mean) / torch.sqrt(var + 1e-5)).clamp(-5, 5).float().reshape(-1)
+        torch.testing.assert_close(batch[Postprocessing.VALUE_TARGETS], expected)
+        # advantages from values in returns' units (then standardized over real steps, as without the key)
+        a = advantages[valid]
+        torch.testing.assert_close(batch[Postprocessing.ADVANTAGES].reshape(8, 4)[valid],
+                                   (a - a.mean()) / a.std(unbiased=False).clamp(min=1e-4), rtol=1e-4, atol=1e-4)
+        result = algo.train()
+        assert np.isfinite(result["learners"][DEFAULT_MODULE_ID]["vf_loss"])
+    finally:
+        algo.stop()
+
+
 def test_normalize_obs_statistics_follow_each_batchs_real_steps_and_reach_the_runners(ray_session):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 

@@ -37,3 +37,13 @@ def test_forward_standardizes_and_clamps_and_never_moves_the_statistics():
     torch.testing.assert_close(out, expected.clamp(-5, 5).float())
     assert out[1, 1] == 5.0 and out[1, 2] == -5.0  # a constant pixel's change stands out, clamped
     assert norm.count.item() == 1001  # forward passes leave the statistics alone
+
+
+def test_denormalize_inverts_forward_within_the_clamp():
+    norm = RunningNorm(())  # one number, as a value head's statistics
+    norm.update(torch.tensor([1.0, 3.0, 5.0, 7.0]))
+    returns = torch.tensor([[0.0, 2.5], [4.0, 9.0]])
+    torch.testing.assert_close(norm.denormalize(norm(returns)), returns)
+    far = torch.tensor(1e3)  # beyond 5 standard deviations: clamped both ways
+    std = torch.sqrt(norm.var + 1e-5).float()
+    torch.testing.assert_close(norm.denormalize(norm(far)), norm.mean.float() + 5 * std)

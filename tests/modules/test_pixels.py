@@ -45,3 +45,14 @@ def test_normalize_obs_keeps_running_pixel_statistics_in_the_modules_state():
     torch.testing.assert_close(net.state_dict()["obs_norm.mean"], pixels.mean(0) * 8 / 9)
     assert net.state_dict()["obs_norm.count"].item() == 9
     assert not torch.allclose(net._forward({Columns.OBS: frames})[Columns.EMBEDDINGS], before)
+
+
+def test_normalize_value_keeps_value_statistics_in_the_modules_state():
+    space = gym.spaces.Box(0, 255, (40, 40, 2), np.uint8)
+    plain = NatureActorCritic(observation_space=space, action_space=gym.spaces.Discrete(3), model_config={})
+    assert not plain.keeps_value_statistics and not any("value_norm" in key for key in plain.state_dict())
+    net = NatureActorCritic(observation_space=space, action_space=gym.spaces.Discrete(3),
+                            model_config={"normalize_value": True})
+    assert net.keeps_value_statistics
+    assert {"value_norm.mean", "value_norm.var", "value_norm.count"} <= set(net.state_dict())
+    assert net.state_dict()["value_norm.mean"].shape == ()  # one number: the value targets' mean
