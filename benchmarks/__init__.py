@@ -27,6 +27,7 @@ REGISTRY = {
     "atari-learner": "benchmarks.throughput.atari_learner",
     "atari-dqn-learner": "benchmarks.throughput.atari_learner:run_dqn",
     "batch-copy": "benchmarks.throughput.batch_copy",
+    "frame-norm": "benchmarks.throughput.frame_norm",
     "callbacks": "benchmarks.throughput.callbacks",
     "scaling": "benchmarks.scaling.scaling", "learner-scaling": "benchmarks.scaling.learner_scaling",
     "mario-learner": "benchmarks.scaling.mario_learner", "mario-scaling": "benchmarks.scaling.mario_scaling",

@@ -84,8 +84,15 @@ class RunningNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x * gain + shift in one pass over the frames (addcmul), then the clamp in place: two full-size passes
         # instead of three (subtract, multiply, clamp); gain and shift are per-element, the size of one row
-        gain = torch.rsqrt(self.var + self.epsilon)
-        return torch.addcmul((-self.mean * gain).to(x.dtype), x, gain.to(x.dtype)).clamp_(-self.clip, self.clip)
+        inverse_std = torch.rsqrt(self.var + self.epsilon)
+        gain, shift = inverse_std.to(x.dtype), (-self.mean * inverse_std).to(x.dtype)
+        if x.requires_grad and torch.is_grad_enabled():  # out= below has no autograd; frames never need a gradient
+            return (x * gain).add_(shift).clamp_(-self.clip, self.clip)
+        # Written into a tensor laid out like x: addcmul's own output would follow `shift`'s contiguous layout, and
+        # Atari frames arrive channels-last ([B, H, W, C] permuted), so the pass would transpose them and the conv
+        # would get NCHW input
+        out = torch.addcmul(shift, x, gain, out=torch.empty_like(x))
+        return out.clamp_(-self.clip, self.clip)
 
     def denormalize(self, y: torch.Tensor) -> torch.Tensor:
         """The inverse of :meth:`forward` within the clamp: ``clamp(y) * sqrt(var + 1e-5) + mean`` (rl_games'

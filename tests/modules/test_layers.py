@@ -47,3 +47,20 @@ def test_denormalize_inverts_forward_within_the_clamp():
     far = torch.tensor(1e3)  # beyond 5 standard deviations: clamped both ways
     std = torch.sqrt(norm.var + 1e-5).float()
     torch.testing.assert_close(norm.denormalize(norm(far)), norm.mean.float() + 5 * std)
+
+
+def test_forward_keeps_the_frames_layout_and_values_with_or_without_autograd():
+    # Atari frames reach the norm channels-last ([B, H, W, C] permuted to [B, C, H, W]); the conv after it is fastest
+    # on that layout, so the standardized frames must keep it rather than follow the statistics' contiguous layout
+    norm = RunningNorm((4, 6, 5))
+    norm.update(torch.rand(64, 4, 6, 5) * 3 + 1)
+    frames = torch.rand(8, 6, 5, 4).permute(0, 3, 1, 2)
+    out = norm(frames)
+    assert out.stride() == frames.stride()
+    expected = ((frames.double() - norm.mean) / torch.sqrt(norm.var + 1e-5)).clamp(-5, 5).float()
+    torch.testing.assert_close(out, expected)
+    tracked = frames.clone().requires_grad_()  # e.g. a saliency map: the same values, and a gradient
+    traced = norm(tracked)
+    torch.testing.assert_close(traced, expected)
+    traced.sum().backward()
+    assert tracked.grad is not None and tracked.grad.abs().sum() > 0
