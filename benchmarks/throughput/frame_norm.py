@@ -2,8 +2,8 @@
 
 Why: after RunningNorm's forward became one ``addcmul`` (two full-size passes instead of three), the Pong learner
 benches on the GPU read slower with ``normalize_obs``, not faster (FastDQN's learner 0.721 s an iteration against
-0.605 s the day before; its row without ``normalize_obs`` unchanged). ``addcmul``'s output follows the layout of its
-first operand, the statistics' contiguous ``[C, H, W]``, while the frames arrive channels-last (``[B, H, W, C]``
+0.605 s before the change; its row without ``normalize_obs`` unchanged). ``addcmul``'s output follows the layout of
+its first operand, the statistics' contiguous ``[C, H, W]``, while the frames arrive channels-last (``[B, H, W, C]``
 permuted): the pass became a transpose and the first conv got NCHW input instead of NHWC. This bench times the step
 under each way, side by side.
 
