@@ -36,18 +36,22 @@ def standardize(row: str, norm: Any) -> Callable | None:
     """The standardization ``row`` names, over ``norm``'s statistics (``None``: none)."""
     import torch
 
-    def inverse_std(x: Any) -> Any:
-        return torch.rsqrt(norm.var + norm.epsilon).to(x.dtype)
+    def contiguous_output(x: Any) -> Any:
+        gain, shift = norm.gain_and_shift(x.dtype)
+        return torch.addcmul(shift, x, gain).clamp_(-norm.clip, norm.clip)
+
+    def three_passes(x: Any) -> Any:
+        gain, _ = norm.gain_and_shift(x.dtype)
+        return ((x - norm.mean.to(x.dtype)) * gain).clamp_(-norm.clip, norm.clip)
 
     if row == "no normalize_obs":
         return None
     if row == "in the frames' layout":
         return norm
     if row == "addcmul's contiguous output":
-        return lambda x: torch.addcmul((-norm.mean * torch.rsqrt(norm.var + norm.epsilon)).to(x.dtype), x,
-                                       inverse_std(x)).clamp_(-norm.clip, norm.clip)
+        return contiguous_output
     if row == "subtract, multiply, clamp":
-        return lambda x: ((x - norm.mean.to(x.dtype)) * inverse_std(x)).clamp_(-norm.clip, norm.clip)
+        return three_passes
     raise ValueError(f"frame_norm: unknown row {row!r}; choose from {list(ROWS)}.")
 
 

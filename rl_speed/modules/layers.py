@@ -81,11 +81,16 @@ class RunningNorm(nn.Module):
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.ones((), dtype=torch.float64))
 
+    def gain_and_shift(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``1 / sqrt(var + epsilon)`` and ``-mean`` times it, in ``dtype``: the standardization is ``x * gain +
+        shift`` (per element, the size of one row; computed in double precision, then cast)."""
+        inverse_std = torch.rsqrt(self.var + self.epsilon)
+        return inverse_std.to(dtype), (-self.mean * inverse_std).to(dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x * gain + shift in one pass over the frames (addcmul), then the clamp in place: two full-size passes
-        # instead of three (subtract, multiply, clamp); gain and shift are per-element, the size of one row
-        inverse_std = torch.rsqrt(self.var + self.epsilon)
-        gain, shift = inverse_std.to(x.dtype), (-self.mean * inverse_std).to(x.dtype)
+        # instead of three (subtract, multiply, clamp)
+        gain, shift = self.gain_and_shift(x.dtype)
         if x.requires_grad and torch.is_grad_enabled():  # out= below has no autograd; frames never need a gradient
             return (x * gain).add_(shift).clamp_(-self.clip, self.clip)
         # Written into a tensor laid out like x: addcmul's own output would follow `shift`'s contiguous layout, and

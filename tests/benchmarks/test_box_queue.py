@@ -19,6 +19,14 @@ BOX = ROOT / "benchmarks" / "box"
 pytestmark = pytest.mark.skipif(shutil.which("flock") is None, reason="the queue needs flock (util-linux)")
 
 
+@pytest.fixture(autouse=True)
+def _tree():
+    """The queue's copy of the checkout (queue.sh's /tmp/tree_NAME), removed after each test, passed or not."""
+    tree = Path(f"/tmp/tree_t{os.getpid()}")
+    yield tree
+    shutil.rmtree(tree, ignore_errors=True)
+
+
 def _checkout(tmp_path: Path) -> Path:
     """A stand-in checkout: the box scripts, a file the jobs read, and an empty wheel folder."""
     checkout = tmp_path / "checkout"
@@ -37,7 +45,7 @@ def _queue(checkout: Path, tmp_path: Path, jobs: str, wheels: str = "") -> subpr
                           capture_output=True, text=True, timeout=60)
 
 
-def test_jobs_run_in_order_from_a_copy_and_each_keeps_its_log_and_status(tmp_path):
+def test_jobs_run_in_order_from_a_copy_and_each_keeps_its_log_and_status(tmp_path, _tree):
     checkout = _checkout(tmp_path)
     done = _queue(checkout, tmp_path, "first\tcat marker.txt; pwd; echo $PYTHONPYCACHEPREFIX\n\n"
                                       "second\techo '{\"a\": 1}'; exit 3\n")
@@ -45,7 +53,7 @@ def test_jobs_run_in_order_from_a_copy_and_each_keeps_its_log_and_status(tmp_pat
     runs = tmp_path / "runs"
     first = (runs / "first.log").read_text().splitlines()
     assert first[0].startswith("start ") and first[-1].startswith("end ")
-    assert first[1:4] == ["from the checkout", f"/tmp/tree_t{os.getpid()}", str(tmp_path / "pycache")]
+    assert first[1:4] == ["from the checkout", str(_tree), str(tmp_path / "pycache")]
     assert (runs / "first.rc").read_text().strip() == "0"
     assert '{"a": 1}' in (runs / "second.log").read_text() and (runs / "second.rc").read_text().strip() == "3"
     assert float(first[-1].split()[1]) <= float((runs / "second.log").read_text().split()[1])  # one after the other
@@ -54,7 +62,6 @@ def test_jobs_run_in_order_from_a_copy_and_each_keeps_its_log_and_status(tmp_pat
     assert "=== first rc=0" in polled.stdout and "=== second rc=3" in polled.stdout
     with tarfile.open(tmp_path / "runs.tgz") as packed:
         assert "runs/second.log" in packed.getnames()
-    shutil.rmtree(f"/tmp/tree_t{os.getpid()}")
 
 
 def test_nothing_runs_without_the_wheels_or_with_a_malformed_line(tmp_path):
@@ -66,7 +73,7 @@ def test_nothing_runs_without_the_wheels_or_with_a_malformed_line(tmp_path):
     assert not (tmp_path / "runs").exists() and not list(checkout.glob("ran"))
 
 
-def test_the_wheels_are_installed_once_from_the_checkout_and_importable_by_the_jobs(tmp_path):
+def test_the_wheels_are_installed_once_from_the_checkout_and_importable_by_the_jobs(tmp_path, _tree):
     checkout = _checkout(tmp_path)
     with zipfile.ZipFile(checkout / ".whl" / "boxprobe-1.0-py3-none-any.whl", "w") as wheel:  # a minimal wheel
         wheel.writestr("boxprobe/__init__.py", "WHERE = 'installed'\n")
@@ -78,5 +85,4 @@ def test_the_wheels_are_installed_once_from_the_checkout_and_importable_by_the_j
     assert done.returncode == 0, done.stderr
     assert "installed" in (tmp_path / "runs" / "probe.log").read_text()
     assert (tmp_path / "site" / ".installed").exists()
-    assert not (Path(f"/tmp/tree_t{os.getpid()}") / ".whl").exists()  # the wheels stay out of the copy
-    shutil.rmtree(f"/tmp/tree_t{os.getpid()}")
+    assert not (_tree / ".whl").exists()  # the wheels stay out of the copy
