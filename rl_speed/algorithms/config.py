@@ -33,6 +33,9 @@ class ColumnarConfigMixin:
       update step (see :mod:`rl_speed.learners.optimizer_step`).
     * ``cuda_graph`` (default False): a CUDA learner replays its whole optimizer step as one captured CUDA graph
       (see :mod:`rl_speed.learners.cuda_graph`); only where ``supports_cuda_graph``.
+    * ``cuda_graph_env_runners`` (default False): each remote env runner with its module on a GPU
+      (``num_gpus_per_env_runner`` > 0) replays its action step as one captured CUDA graph (see
+      :mod:`rl_speed.env_runners.captured_forward`); only where ``supports_cuda_graph_env_runners``.
     """
 
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
@@ -40,6 +43,9 @@ class ColumnarConfigMixin:
     #: Whether a captured step may run on several learners: every learner then runs the same minibatch shapes in
     #: lockstep (FastPPO's even batch split), since each step is one all-reduce (rl_speed.learners.gradient_all_reduce).
     cuda_graph_learners: bool = False
+    #: Whether the algorithm's runners act by sampling a categorical policy, which a captured action step can hold
+    #: (an epsilon-greedy module picks actions from Python's timestep); set by the algorithm's config.
+    supports_cuda_graph_env_runners: bool = False
     #: Whether multi-agent columns may train on several DDP learners (FastPPO: see rl_speed.learners.update_loop).
     multi_agent_learners: bool = False
 
@@ -56,14 +62,17 @@ class ColumnarConfigMixin:
         self.mixed_precision: str = "off"
         self.grad_accumulation_steps: int = 1
         self.cuda_graph: bool = False
+        self.cuda_graph_env_runners: bool = False
 
     @override(AlgorithmConfig)
     def training(self, *, sync_weights_every: int = NotProvided, async_sampling: bool = NotProvided,
                  mixed_precision: str = NotProvided, grad_accumulation_steps: int = NotProvided,
-                 cuda_graph: bool = NotProvided, **kwargs: Any) -> Any:
+                 cuda_graph: bool = NotProvided, cuda_graph_env_runners: bool = NotProvided, **kwargs: Any) -> Any:
         super().training(**kwargs)
         if cuda_graph is not NotProvided:
             self.cuda_graph = cuda_graph
+        if cuda_graph_env_runners is not NotProvided:
+            self.cuda_graph_env_runners = cuda_graph_env_runners
         if mixed_precision is not NotProvided:
             self.mixed_precision = mixed_precision
         if grad_accumulation_steps is not NotProvided:
@@ -99,6 +108,7 @@ class ColumnarConfigMixin:
             self._value_error(f"{name}: `sync_weights_every`={self.sync_weights_every!r} must be an integer >= 1.")
         check_optimizer_step_keys(self, name)
         check_cuda_graph_keys(self, name)
+        check_cuda_graph_env_runners(self, name)
         check_learner_class(self, name)
         check_model_config_keys(self, name)
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":
@@ -390,6 +400,32 @@ def check_cuda_graph_keys(config: Any, name: str) -> None:
                         "leave `torch_compile_learner_dynamo_mode` unset")
     if problems:
         config._value_error(f"{name}: `cuda_graph: true` cannot be used here: " + "; ".join(problems) + ".")
+
+
+def check_cuda_graph_env_runners(config: Any, name: str) -> None:
+    """Config-time errors for ``cuda_graph_env_runners``; what only the runner knows (its module's distribution,
+    its observations) it checks when it is built (rl_speed.env_runners.captured_forward.check_capturable)."""
+    on = config.cuda_graph_env_runners
+    if not isinstance(on, bool):
+        config._value_error(f"{name}: `cuda_graph_env_runners`={on!r} must be true or false.")
+    if not on or config.in_evaluation:  # (evaluation samples through RLlib's sample(), which acts eagerly)
+        return
+    problems = []
+    if not config.supports_cuda_graph_env_runners:
+        problems.append(f"{name}'s runners act through a module that picks its own actions from Python state "
+                        "(e.g. epsilon-greedy), which a captured step would freeze")
+    if config.is_multi_agent:
+        problems.append("multi-agent runners act with one forward per module over changing lanes")
+    if not config.num_env_runners:
+        problems.append("it needs remote env runners (`num_env_runners` >= 1): RLlib keeps the local runner's "
+                        "module on the CPU")
+    if not config.num_gpus_per_env_runner:
+        problems.append("it needs the runners' modules on a GPU (`num_gpus_per_env_runner` > 0, e.g. 0.05 each)")
+    if (config.model_config or {}).get("use_lstm"):
+        problems.append("RLlib's LSTM (`model_config.use_lstm`) carries a state the captured step does not hold")
+    if problems:
+        config._value_error(f"{name}: `cuda_graph_env_runners: true` cannot be used here: " + "; ".join(problems)
+                            + ".")
 
 
 def update_config(config: Any, changes: dict) -> Any:

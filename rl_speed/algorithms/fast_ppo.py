@@ -62,6 +62,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     multi_agent_learners = True  # the learners agree on each module's minibatch count (rl_speed.learners.update_loop)
     supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss, rl_speed.learners.cuda_graph)
     cuda_graph_learners = True  # the batch splits evenly over the learners (checked in validate below)
+    supports_cuda_graph_env_runners = True  # the runners sample the module's categorical policy
     supports_turn_based_envs = True  # GAE follows the `next_row` column (rl_speed.env_runners.multi_agent)
     supports_mixed_spaces = True  # the learner reads the per-module columns (rl_speed.columns.BY_MODULE)
 

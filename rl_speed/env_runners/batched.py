@@ -55,6 +55,7 @@ from rl_speed import columns as C
 from rl_speed.connectors import env_to_module as connectors
 from rl_speed.columns import Columns, num_steps
 from rl_speed.env_runners import stepping
+from rl_speed.env_runners.captured_forward import CapturedForward, check_capturable
 from rl_speed.env_runners.episode_callbacks import EpisodeCallbacks, configured_callbacks
 from rl_speed.env_runners.overlapped import check_overlap_supported, lane_groups, sample_overlapped
 from rl_speed.env_runners.stepping import (clip_rewards, module_actions, set_runner_threads, to_env_actions,
@@ -121,6 +122,15 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         # (rl_speed.env_runners.episode_callbacks); without them the path below pays nothing.
         self._callback_names = configured_callbacks(self.config, self._callbacks)
         self._episode_callbacks: EpisodeCallbacks | None = None
+        # cuda_graph_env_runners: a remote runner's action step as one captured CUDA graph (the local runner, whose
+        # module RLlib keeps on the CPU, samples only without remote runners, which the config refuses then).
+        self._captured: CapturedForward | None = None
+        if (getattr(self.config, "cuda_graph_env_runners", False) and self.worker_index > 0
+                and not self.config.in_evaluation):  # (evaluation acts through RLlib's sample(), eagerly)
+            problem = check_capturable(self.module, self._device, self.module.observation_space)
+            if problem:
+                raise ValueError(f"BatchedEnvRunner: `cuda_graph_env_runners: true` cannot be used here: {problem}.")
+            self._captured = CapturedForward(self.module, self._device)
         if self.env is not None and lane_groups(self.env) > 1 and not self.config.in_evaluation:
             # Refused while the algorithm is built, before any training. An evaluation runner samples through
             # RLlib's sample(), which steps every group together and honours all of it (checked only if its
@@ -297,6 +307,10 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
         }
 
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self._captured is not None:
+            if self._captured.module is not self.module:  # (RLlib rebuilt the module: capture its replacement)
+                self._captured = CapturedForward(self.module, self._device)
+            return self._captured(obs, explore)
         actions, extra, state = module_actions(self.module, obs, explore, t, state=self._state,
                                                time_axis=self._needs_time_axis, device=self._device)
         if state is not None:
