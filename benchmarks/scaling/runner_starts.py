@@ -29,7 +29,7 @@ def run(repeats: int = 8, device: str = "cpu", preset: str = "atari_ppo_gpu.yaml
     if device != "cuda":
         config = config.copy(copy_frozen=False)
         config.env_runners(num_env_runners=max(1, usable_cpus() - 1), num_gpus_per_env_runner=0)
-        config.learners(num_gpus_per_learner=0).training(cuda_graph=False)
+        config.learners(num_gpus_per_learner=0).training(cuda_graph=False, cuda_graph_env_runners=False)
     wanted = config.num_env_runners
     started, seconds = [], []
     preload = tuple(preload_modules([(experiment.algo_class, config)]))

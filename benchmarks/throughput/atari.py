@@ -39,7 +39,7 @@ def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str =
     if device != "cuda":  # fewer cores: fewer runners, the same per-runner size; replay in host memory
         runners = max(1, min(config.num_env_runners, (cpus or usable_cpus()) - 1))
         config.env_runners(num_env_runners=runners, num_gpus_per_env_runner=0).learners(num_gpus_per_learner=0)
-        config.training(cuda_graph=False)  # (a captured step needs a CUDA learner)
+        config.training(cuda_graph=False, cuda_graph_env_runners=False)  # (captured steps need CUDA learners, runners)
         if algo == "PPO":
             batch = runners * config.num_envs_per_env_runner * config.rollout_fragment_length
             config.training(train_batch_size_per_learner=batch, minibatch_size=min(config.minibatch_size, batch))
@@ -51,9 +51,9 @@ def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str =
 
 def stock_config(algo: str, fast: Any) -> Any:
     """Stock RLlib's PPO / DQN with ``fast``'s env, runners (the runners' GPU share too), module and training
-    settings. rl_speed's own keys (``cuda_graph``, ``async_sampling``, ``mixed_precision``, the GPU replay's
-    ``storage_device``, the module's ``normalize_obs``, whose statistics only rl_speed's learners update) have no stock
-    counterpart: stock runs without them, which is the comparison."""
+    settings. rl_speed's own keys (``cuda_graph``, ``cuda_graph_env_runners``, ``async_sampling``,
+    ``mixed_precision``, the GPU replay's ``storage_device``, the module's ``normalize_obs``, whose statistics only
+    rl_speed's learners update) have no stock counterpart: stock runs without them, which is the comparison."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     if algo == "PPO":

@@ -45,7 +45,9 @@ def _runner(lanes: int, game: str = "pong", lane_groups: int = 1, device: str = 
     if device == "cuda":  # the preset's GPU share; RLlib gives a runner of index > 0 its GPU (index 0 is the driver's)
         # RLlib picks that GPU through Ray's runtime context, which starts a default Ray if none runs: the caller
         # starts one (run(), or a test's session Ray)
-        config.env_runners(num_gpus_per_env_runner=0.05)
+        _, gpu_preset = preset("PPO", device="cuda", game=game)
+        config.env_runners(num_gpus_per_env_runner=gpu_preset.num_gpus_per_env_runner)
+        config.training(cuda_graph_env_runners=gpu_preset.cuda_graph_env_runners)  # its action step as the preset's
         return BatchedEnvRunner(config=config, worker_index=1)
     return BatchedEnvRunner(config=config)
 
