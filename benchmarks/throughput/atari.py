@@ -26,11 +26,12 @@ PRESETS = {"PPO": TUNED / "atari_ppo_gpu.yaml", "DQN": TUNED / "atari_dqn_gpu.ya
 
 
 def preset(algo: str, device: str = "cuda", cpus: int | None = None, game: str = "pong") -> tuple[str, Any]:
-    """The experiment of ``PRESETS[algo]`` for ``game`` (its ``env_config``'s): its name and a mutable config; off the
-    GPU, shrunk to ``cpus``."""
+    """The experiment of ``PRESETS[algo]`` for ``game`` (its ``env_config``'s; the one without sticky actions): its
+    name and a mutable config; off the GPU, shrunk to ``cpus``."""
     from rl_speed.experiments import load_experiments
 
-    experiments = load_experiments(PRESETS[algo])
+    experiments = [e for e in load_experiments(PRESETS[algo])
+                   if not e.config.env_config.get("repeat_action_probability")]
     games = [e.config.env_config.get("game") for e in experiments]
     if game not in games:
         raise ValueError(f"atari.preset: {PRESETS[algo].name} has no experiment for game {game!r}; it has {games}.")

@@ -25,7 +25,7 @@ connector pipeline as always.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -95,7 +95,7 @@ class _Graph:
     device_in: torch.Tensor
     graph: torch.cuda.CUDAGraph
     device_out: list[torch.Tensor]
-    host_out: list[torch.Tensor] = field(default_factory=list)
+    host_out: list[torch.Tensor]
 
 
 class CapturedForward:

@@ -51,6 +51,8 @@ def test_cpu_preset_shrinks_runners_and_replay():
 def test_preset_picks_the_games_experiment_and_names_the_games_it_has():
     name, breakout = atari.preset("DQN", device="cuda", game="breakout")
     assert name == "breakout-fastdqn-gpu" and breakout.env_config["game"] == "breakout"
+    name, pong = atari.preset("PPO", device="cuda", game="pong")  # not the file's Pong under sticky actions
+    assert name == "pong-fastppo-gpu" and "repeat_action_probability" not in pong.env_config
     with pytest.raises(ValueError, match=r"atari_ppo_gpu.yaml has no experiment for game 'tennis'; it has \['pong', "
                                          r"'breakout'\]"):
         atari.preset("PPO", game="tennis")
