@@ -53,20 +53,21 @@ def check_capturable(module: Any, device: Any, observation_space: gym.Space) -> 
         if dist is not TorchCategorical:
             return (f"the module's {'exploration' if explore else 'inference'} action distribution is "
                     f"{getattr(dist, '__name__', dist)}; only RLlib's TorchCategorical (discrete actions) is captured")
-    with torch.inference_mode():  # one eager step on a blank observation: does the module pick its own actions?
-        out = module._forward_exploration({RLlibColumns.OBS: torch.zeros((1, *observation_space.shape),
-                                                                         dtype=_torch_dtype(observation_space),
-                                                                         device=device)}, t=0)
-    if RLlibColumns.ACTIONS in out:
-        return f"{type(module).__name__} picks its own actions in its forward, which a captured step would freeze"
+    blank = torch.from_numpy(np.zeros((1, *observation_space.shape), observation_space.dtype)).to(device)
+    with torch.inference_mode():  # one eager step of each kind on a blank observation (act refuses own actions)
+        try:
+            for explore in (True, False):
+                act(module, blank, explore)
+        except OwnActionsError as error:
+            return str(error)
     if torch.device(device).type != "cuda":
         return (f"the runner's module is on {device}, not a GPU; set `num_gpus_per_env_runner` > 0 (a remote "
                 "runner's module then lives on its share of a GPU)")
     return None
 
 
-def _torch_dtype(space: gym.spaces.Box) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, space.dtype)).dtype
+class OwnActionsError(ValueError):
+    """The module returns its own actions (e.g. epsilon-greedy from Python's timestep), which a replay would freeze."""
 
 
 def act(module: Any, obs: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -75,8 +76,8 @@ def act(module: Any, obs: torch.Tensor, explore: bool) -> tuple[torch.Tensor, to
     batch = {RLlibColumns.OBS: obs}
     out = module._forward_exploration(batch, t=0) if explore else module._forward_inference(batch)
     if RLlibColumns.ACTIONS in out:
-        raise ValueError(f"{type(module).__name__} picks its own actions in its forward, which a captured step "
-                         "would freeze; leave `cuda_graph_env_runners` off for it.")
+        raise OwnActionsError(f"{type(module).__name__} picks its own actions in its forward, which a captured step "
+                              "would freeze; leave `cuda_graph_env_runners` off for it")
     logits = out[RLlibColumns.ACTION_DIST_INPUTS].float()
     if not explore:
         return torch.argmax(logits, -1), None, logits
