@@ -12,6 +12,11 @@ fastest and slowest batch (``sampler/sample_s_min`` / ``_max``), the millisecond
 spends in the env and in the module's forward (RLlib's ``env_step_timer`` / ``rlmodule_inference_timer``, the
 runners' mean), requests in flight and weights lag (medians); the cores busy on average per process group over the
 timed iterations (:mod:`benchmarks.process_cpu`: on a box whose cores are all busy, which processes use them).
+
+``--profile-iterations K``: after each run's timed window, K more iterations under cProfile in the driver (its local
+learner included), and the functions with the most cumulative and own time per iteration below the table: where the
+driver's part of an iteration goes (the join, the values and GAE, the weight push). cProfile slows Python-heavy code,
+so these seconds are for sharing out an iteration, not for rates.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from benchmarks.common import learner_seconds, local_ray, machine, median_of, timed_run, usable_cpus
 from benchmarks.process_cpu import GROUPS
@@ -41,8 +46,10 @@ def variant_config(path: str | Path, changes: dict, experiment: str | None = Non
 
 
 def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: float = 55.0, warmup: int = 2,
-        num_cpus: int | None = None, num_gpus: int = 0, experiment: str | None = None) -> str:
-    """The table of every run in ``order`` (names of ``variants``), one row each."""
+        num_cpus: int | None = None, num_gpus: int = 0, experiment: str | None = None,
+        profile_iterations: int = 0) -> str:
+    """The table of every run in ``order`` (names of ``variants``), one row each; with ``profile_iterations``, each
+    run's driver profile below it (see the module docstring)."""
     import rl_speed
 
     unknown = [name for name in order if name not in variants]
@@ -51,10 +58,13 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
     rl_speed.register()
     # bad keys and experiment names fail here, before Ray starts
     configs = {name: variant_config(path, changes, experiment) for name, changes in variants.items()}
-    rows = []
+    rows, profiles_text = [], []
+    after = profiled(profile_iterations) if profile_iterations else None
     with local_ray(num_cpus or usable_cpus(), num_gpus):  # a caller's Ray (a test session's) is used and left running
         for name in order:
-            result = timed_run(configs[name].copy(copy_frozen=False), seconds, warmup)
+            result = timed_run(configs[name].copy(copy_frozen=False), seconds, warmup, after=after)
+            if after is not None:
+                profiles_text.append(f"Driver profile, run {len(rows) + 1} ({name}), {result['after']}")
             profiles, samplers = result["profiles"], result["samplers"]
             rows.append(
                 f"| {name} | {result['rate']:,.0f} | {median_of(profiles, 'sample_s'):.3f} s | "
@@ -76,7 +86,36 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         f"{' / '.join(GROUPS)} (all) | iterations |",
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *rows,
+        *[f"\n{text}" for text in profiles_text],
     ])
+
+
+def profiled(iterations: int, top: int = 25) -> Callable[[Any], str]:
+    """An ``after`` hook for :func:`benchmarks.common.timed_run`: ``iterations`` more ``algo.train()`` calls under
+    cProfile; returns the ``top`` functions by cumulative and by own time, in seconds per iteration."""
+    import cProfile
+    import io
+    import pstats
+
+    def after(algo: Any) -> str:
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(iterations):
+            algo.train()
+        profile.disable()
+        out = [f"{iterations} iterations; seconds per iteration, calls over all {iterations}:"]
+        for key, label in (("cumulative", "cumulative"), ("tottime", "own")):
+            text = io.StringIO()
+            stats = pstats.Stats(profile, stream=text)
+            stats.total_tt /= iterations
+            for func, (cc, nc, tt, ct, callers) in list(stats.stats.items()):
+                stats.stats[func] = (cc, nc, tt / iterations, ct / iterations, callers)
+            stats.sort_stats(key).print_stats(top)
+            body = text.getvalue()
+            out.append(f"\nby {label} time:\n\n```\n{body[body.find('ncalls'):].rstrip()}\n```")
+        return "\n".join(out)
+
+    return after
 
 
 def _cores(busy: dict[str, float]) -> str:
@@ -98,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=None)
     parser.add_argument("--num-gpus", type=int, default=0)
+    parser.add_argument("--profile-iterations", type=int, default=0,
+                        help="after each run, this many iterations under cProfile in the driver (see above)")
     args = parser.parse_args(argv)
     try:
         variants = {name: json.loads(changes) for name, changes in args.variant}
@@ -106,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if not all(isinstance(changes, dict) for changes in variants.values()):
         parser.error("--variant: the changes must be a JSON object, e.g. '{\"lr\": 0.001}'")
     print(run(args.file, variants, args.order.split(","), args.seconds, args.warmup, args.num_cpus, args.num_gpus,
-              args.experiment))
+              args.experiment, args.profile_iterations))
     return 0
 
 

@@ -77,3 +77,13 @@ def test_a_variant_that_is_not_a_json_object_exits_2(experiment, capsys):
     with pytest.raises(SystemExit) as stop:
         main([str(experiment), "--variant", "A", "[1]", "--order", "A"])
     assert stop.value.code == 2 and "must be a JSON object" in capsys.readouterr().err
+
+
+def test_the_driver_profile_shares_out_each_runs_extra_iterations(ray_session, experiment):
+    table = run(experiment, {"A": {}}, ["A"], seconds=1.0, warmup=1, profile_iterations=2)
+    profile = table[table.index("Driver profile, run 1 (A), 2 iterations"):]
+    assert "by cumulative time:" in profile and "by own time:" in profile
+    # the algorithm's training step is in it, at no more than the whole of an iteration
+    line = next(line for line in profile.splitlines() if "(training_step)" in line)
+    per_iteration = float(line.split()[3])
+    assert 0 < per_iteration < 60, line
