@@ -90,9 +90,14 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
     ])
 
 
+#: Driver functions whose callees the profile lists: the weight push and the learner's join + values + GAE.
+PROFILED_CALLEES = ("sync_weights_if_due", "prepare_columns")
+
+
 def profiled(iterations: int, top: int = 25) -> Callable[[Any], str]:
     """An ``after`` hook for :func:`benchmarks.common.timed_run`: ``iterations`` more ``algo.train()`` calls under
-    cProfile; returns the ``top`` functions by cumulative and by own time, in seconds per iteration."""
+    cProfile; returns the ``top`` functions by cumulative and by own time, in seconds per iteration, and the callees
+    of :data:`PROFILED_CALLEES` (totals over all the iterations)."""
     import cProfile
     import io
     import pstats
@@ -113,6 +118,13 @@ def profiled(iterations: int, top: int = 25) -> Callable[[Any], str]:
             stats.sort_stats(key).print_stats(top)
             body = text.getvalue()
             out.append(f"\nby {label} time:\n\n```\n{body[body.find('ncalls'):].rstrip()}\n```")
+        text = io.StringIO()
+        stats = pstats.Stats(profile, stream=text)
+        for name in PROFILED_CALLEES:  # one call each: several restrictions would narrow one list
+            stats.print_callees(rf"\({name}\)")
+        body = text.getvalue()
+        out.append(f"\ncallees (seconds over all {iterations} iterations):\n\n```\n"
+                   f"{body[body.find('Function'):].rstrip()}\n```")
         return "\n".join(out)
 
     return after

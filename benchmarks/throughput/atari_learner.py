@@ -46,7 +46,7 @@ from benchmarks.common import check_cuda, interleaved, local_ray, machine
 #: the forward's elementwise ops; the loss, backward and Adam stay as captured. cuDNN's autotuner (torch leaves it off):
 #: cuDNN times its convolution algorithms for each new shape in the warmup and the capture keeps the fastest; the
 #: minibatch step's cost grows with its rows (1.27 ms at 256, 2.92 ms at 1024), so the convolutions' algorithms count.
-CUDA_ROWS = {"preset": {}, "minibatch 512": {"minibatch_size": 512}, "minibatch 1024": {"minibatch_size": 1024},
+CUDA_ROWS = {"preset": {}, "minibatch 256": {"minibatch_size": 256}, "minibatch 1024": {"minibatch_size": 1024},
              "bf16": {"mixed_precision": "bf16"}, "captured step off": {"cuda_graph": False},
              "seeded (cuDNN deterministic)": {"torch.backends.cudnn.deterministic": True,
                                               "torch.backends.cudnn.benchmark": False},

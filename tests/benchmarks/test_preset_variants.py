@@ -83,6 +83,10 @@ def test_the_driver_profile_shares_out_each_runs_extra_iterations(ray_session, e
     table = run(experiment, {"A": {}}, ["A"], seconds=1.0, warmup=1, profile_iterations=2)
     profile = table[table.index("Driver profile, run 1 (A), 2 iterations"):]
     assert "by cumulative time:" in profile and "by own time:" in profile
+    callees = profile[profile.index("callees (seconds over all 2 iterations):"):]
+    # the weight push and the learner's join + values + GAE, each with what it called
+    for name in ("sync_weights_if_due", "prepare_columns"):
+        assert any(f"({name})" in line and "->" in line for line in callees.splitlines()), (name, callees)
     # the algorithm's training step is in it, at no more than the whole of an iteration
     line = next(line for line in profile.splitlines() if "(training_step)" in line)
     per_iteration = float(line.split()[3])
