@@ -23,12 +23,32 @@ def test_a_start_that_fails_says_what_it_ran_and_shows_its_output():
         cli_start.one_start("cpu", ["--no-preload"], {"no_such_key": 1})
 
 
-def test_the_table_gives_both_variants_and_their_ratio(monkeypatch):
-    times = iter([10.0, 12.0, 11.0, 14.0, 9.0, 13.0])
-    monkeypatch.setattr(cli_start, "one_start", lambda device, flags, overrides: next(times))
+@pytest.mark.slow  # a real start without Tune: about 20 s
+def test_the_start_without_tune_trains_one_iteration_of_the_same_experiment():
+    seconds = cli_start.one_start("cpu", None, {"num_envs_per_env_runner": 2, "rollout_fragment_length": 16,
+                                                "minibatch_size": 32})
+    assert 1.0 < seconds < 300.0
+
+
+def test_a_start_without_tune_that_fails_shows_its_output():
+    with pytest.raises(RuntimeError, match=r"(?s)cli-start: `.*direct_start.*` failed \(rc 1\).*no_such_key"):
+        cli_start.one_start("cpu", None, {"no_such_key": 1})
+
+
+def test_the_table_gives_every_variant_and_its_ratio(monkeypatch):
+    times = iter([10.0, 12.0, 7.0, 11.0, 14.0, 8.0, 9.0, 13.0, 6.0])
+    flags_seen = []
+
+    def fake(device, flags, overrides):
+        flags_seen.append(flags)
+        return next(times)
+
+    monkeypatch.setattr(cli_start, "one_start", fake)
     table = cli_start.run(repeats=3)
     assert "| modules preloaded (default) | 10.0 | 1.30x | 10.0, 11.0, 9.0 |" in table
     assert "| --no-preload | 13.0 | 1.00x | 12.0, 14.0, 13.0 |" in table
+    assert "| without Tune (the race's path) | 7.0 | 1.86x | 7.0, 8.0, 6.0 |" in table
+    assert flags_seen[:3] == [[], ["--no-preload"], None]  # the variants alternate
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
