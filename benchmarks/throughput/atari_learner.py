@@ -4,8 +4,8 @@ beside it, for learner settings side by side.
 Why: at 8 epochs per batch the preset's learner fills each iteration (0.49 s of about 0.56 s, with the 15 runners'
 forwards on the same GPU; docs/studies/pong-and-atari.md), and with those forwards on the runners' CPUs it took 1.5x
 less. This times the same learner on a batch of the same size alone, so the in-run figure splits into the learner's
-own cost and what sharing the GPU adds, and tries the settings that change its own cost: larger minibatches (fewer
-steps per batch), bf16 autocast, and the captured step off.
+own cost and what sharing the GPU adds, and tries the settings that change its own cost: other minibatch sizes (256,
+the preset's before 2026-12-04, and 1,024: more or fewer steps per batch), bf16 autocast, and the captured step off.
 
 Each row builds FastPPO from ``tuned_examples/atari_ppo_gpu.yaml``'s Pong experiment (:func:`benchmarks.throughput.
 atari.preset`) with no remote runners and its learner in this process, plus the row's config keys. One batch is
