@@ -9,10 +9,18 @@ of 3, ``rl-speed bench atari-startup --device cuda``; results/atari-startup/2026
 
 The cost: each of Ray's idle workers holds those modules, about 215 MiB more (USS) than an idle worker without them,
 measured on the CPU. Only a Ray this process starts can be told; a running cluster keeps its own setting.
+
+A script can also start Ray while it imports RLlib, torch and rl_speed (``init_local_ray(import_beside=...)``): Ray's
+start is mostly other processes starting (its GCS, raylet and prestarted workers), the imports are this process's, and
+one after the other they add up. On a 16-core H200 box starting Ray beside the driver's imports brought the Pong preset's
+first iteration 1.6 s and 2.7 s earlier (two boxes, medians of 3; results/atari-startup/2026-12-02-h200-bytecode.md,
+2026-12-03-h200-prefetch.md).
 """
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,12 +40,44 @@ def preload_modules(configs: Iterable[tuple[type, Any]]) -> list[str]:
     return sorted(modules)
 
 
-def init_local_ray(preload: Iterable[str] = (), **init_kwargs: Any) -> None:
+def init_local_ray(preload: Iterable[str] = (), *, import_beside: Iterable[str] = (), **init_kwargs: Any) -> None:
     """``ray.init(address="local", **init_kwargs)`` (always a new Ray, never one already running on this machine),
-    its workers importing ``preload`` before they take work."""
+    its workers importing ``preload`` before they take work. ``import_beside``: modules this process imports in
+    another thread while Ray starts (e.g. the ``preload`` modules, which the driver needs too); an import's error is
+    raised here after Ray is shut down.
+
+    Only imports go beside Ray's start: building an RLlib config registers envs with Tune, whose registry, once Ray's
+    key-value store answers, writes to it through a Ray that is not connected yet and starts a second one ("Perhaps
+    you called ray.init twice"; found 2026-12-05). ``ray.init`` stays in the calling thread: started from another
+    one, Ray lost its GCS (2026-12-02)."""
     import ray
 
     preload = list(preload)
     if preload:
         init_kwargs["_system_config"] = {"preload_python_modules": preload}
-    ray.init(address="local", **init_kwargs)
+    beside = _Importer(list(import_beside)) if import_beside else None
+    try:
+        ray.init(address="local", **init_kwargs)
+    finally:
+        if beside is not None:
+            beside.join()
+    if beside is not None and beside.error is not None:
+        ray.shutdown()
+        raise beside.error
+
+
+class _Importer(threading.Thread):
+    """Imports modules in a thread of its own; keeps the error for the caller's thread to raise."""
+
+    def __init__(self, modules: list[str]) -> None:
+        super().__init__(name="rl_speed-imports", daemon=True)
+        self.modules = modules
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            for module in self.modules:
+                importlib.import_module(module)
+        except BaseException as error:  # raised by init_local_ray in the caller's thread
+            self.error = error

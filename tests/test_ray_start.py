@@ -1,5 +1,5 @@
 """rl_speed.ray_start: which modules a local Ray's workers import in advance, that they do import them before an
-actor runs, and that `rl-speed train` asks for them unless --no-preload."""
+actor runs, that `rl-speed train` asks for them unless --no-preload, and Ray started while a script prepares."""
 
 from __future__ import annotations
 
@@ -80,3 +80,34 @@ def test_rl_speed_train_preloads_its_experiments_modules_unless_told_not_to(tmp_
     assert main(["train", str(path)]) == 0
     assert main(["train", str(path), "--no-preload"]) == 0
     assert asked == [["rl_speed.algorithms.fast_ppo", "rl_speed.env_runners.batched"], []]
+
+
+# In a fresh process: Ray started while another thread imports; whether the import happened, Ray is up, and whether
+# an import's error comes back with Ray shut down.
+BESIDE_PROBE = """
+import json, sys, tempfile
+import ray
+from rl_speed.ray_start import init_local_ray
+
+kwargs = dict(num_cpus=1, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="ray_start_"))
+assert "rl_speed.algorithms.fast_ppo" not in sys.modules
+try:
+    init_local_ray(["rl_speed.algorithms.fast_ppo"], import_beside=json.loads(sys.argv[1]), **kwargs)
+    print(json.dumps({"imported": "rl_speed.algorithms.fast_ppo" in sys.modules, "ray_up": ray.is_initialized(),
+                      "cpus": ray.cluster_resources()["CPU"]}))
+except ImportError as error:
+    print(json.dumps({"error": error.name, "ray_up": ray.is_initialized()}))
+finally:
+    ray.shutdown()
+"""
+
+
+def test_a_local_ray_starts_while_this_process_imports_and_stops_on_an_import_error(cli_env):
+    def probe(modules: list[str]) -> dict:
+        proc = subprocess.run([sys.executable, "-c", BESIDE_PROBE, json.dumps(modules)], capture_output=True,
+                              text=True, timeout=300, env=cli_env, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert probe(["rl_speed.algorithms.fast_ppo"]) == {"imported": True, "ray_up": True, "cpus": 1.0}
+    assert probe(["rl_speed.no_such_module"]) == {"error": "rl_speed.no_such_module", "ray_up": False}

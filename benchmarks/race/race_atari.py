@@ -71,6 +71,15 @@ GAMES = {"pong": PONG, "breakout": BREAKOUT}
 MILESTONES = {"pong": (-15.0, -10.0, 0.0, 10.0, 15.0, 18.0), "breakout": (10.0, 30.0, 100.0, 200.0, 300.0)}
 CONTENDERS = ("FastPPO (ours)", "PPO (ours)", "SB3 PPO (zoo)", "FastDQN (ours)", "DQN (ours)", "SB3 DQN (zoo)")
 SB3_CONTENDERS = ("SB3 PPO (zoo)", "SB3 DQN (zoo)")
+#: An RLlib contender's algorithm module and its env runners', named before anything is imported so that Ray's
+#: workers can import them while this process does (:func:`rl_speed.ray_start.preload_modules` of the built config
+#: names the same; a test checks).
+CONTENDER_MODULES = {
+    "FastPPO (ours)": ("rl_speed.algorithms.fast_ppo", "rl_speed.env_runners.batched"),
+    "FastDQN (ours)": ("rl_speed.algorithms.fast_dqn", "rl_speed.env_runners.batched"),
+    "PPO (ours)": ("ray.rllib.algorithms.ppo.ppo", "ray.rllib.env.single_agent_env_runner"),
+    "DQN (ours)": ("ray.rllib.algorithms.dqn.dqn", "ray.rllib.env.single_agent_env_runner"),
+}
 
 
 def slug(contender: str) -> str:
@@ -201,15 +210,18 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
     else:
         import ray
 
-        from rl_speed.ray_start import init_local_ray, preload_modules
+        from rl_speed.ray_start import init_local_ray
 
-        config = rllib_contender_config(contender, files, seed, device, game, overrides)
-        # As `rl-speed train` starts Ray: its workers import the algorithm's and the runners' modules in advance.
-        meta["ray_preload"] = preload_modules([(config.algo_class, config)])  # older runs: none
-        init_local_ray(meta["ray_preload"], num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0,
-                       include_dashboard=False, log_to_driver=False)
-        meta["startup"] = {"ray_started_s": time.monotonic() - files.start}
+        # Ray starts while this process imports RLlib, torch and rl_speed (the preset's modules), its workers
+        # importing the algorithm's and the runners' modules in advance (as `rl-speed train`'s do).
+        meta["ray_preload"] = list(CONTENDER_MODULES[contender])  # older runs: none
+        init_local_ray(meta["ray_preload"], import_beside=[*meta["ray_preload"], "benchmarks.throughput.atari"],
+                       num_cpus=usable_cpus(), num_gpus=1 if device == "cuda" else 0, include_dashboard=False,
+                       log_to_driver=False)
+        meta["ray_beside_imports"] = True  # older runs: Ray started after the imports and the config's build
         try:
+            config = rllib_contender_config(contender, files, seed, device, game, overrides)  # refuses bad overrides
+            meta["startup"] = {"ray_started_s": time.monotonic() - files.start}  # Ray up, the config built
             algo = build_with_every_runner(config)
             meta["startup"]["built_s"] = time.monotonic() - files.start
             result = train_until(algo, files, GAMES[game], max_seconds, meta["startup"], full_time)

@@ -42,15 +42,14 @@ class Variant:
     prefetch_reset: bool = True  # the runners start their envs' first (seeded) reset as the envs are built
 
 
-#: The preset, then one cut of its start after another: Ray started beside the driver's imports; Ray's prestarted
-#: workers importing the runners' modules before the runners are placed on them; the last row takes back the
-#: runners' prefetched first reset (each env's seeded reset, about 1.8 s for 16 emulators, made at the first sample
-#: as RLlib's runner makes it). The driver's CUDA context created beside Ray's start gained nothing (2026-12-02) and
-#: is not a row any more (``Variant.warm_cuda``).
-CPU_VARIANTS = {"preset": Variant(), "Ray started beside the imports": Variant(ray_beside_imports=True),
-                "and the runners' modules preloaded": Variant(ray_beside_imports=True, preload=True),
-                "the same, the first reset at the first sample": Variant(ray_beside_imports=True, preload=True,
-                                                                         prefetch_reset=False)}
+#: The preset, then one cut of its start after another: Ray's prestarted workers importing the runners' modules
+#: before the runners are placed on them (the race's start and `rl-speed train`'s since 2026-12-02); then Ray also
+#: started beside the driver's imports (the race's since 2026-12-05, :func:`rl_speed.ray_start.init_local_ray`'s
+#: ``import_beside``). Measured before, on 2026-12-02/03 (other rows): Ray beside the imports without the preload,
+#: 1.6 s and 2.7 s earlier; the runners' first reset at their first sample instead of prefetched, 1.6 s later; the
+#: driver's CUDA context created beside Ray's start, no gain (``Variant.warm_cuda``, ``Variant.prefetch_reset``).
+CPU_VARIANTS = {"preset": Variant(), "the runners' modules preloaded": Variant(preload=True),
+                "and Ray started beside the imports": Variant(ray_beside_imports=True, preload=True)}
 CUDA_VARIANTS = CPU_VARIANTS
 #: What a runner imports (its class's module, the env's), for Ray's prestarted workers to import in advance.
 RUNNER_MODULES = ("benchmarks.scaling.timed_runner", "rl_speed_envs.atari")

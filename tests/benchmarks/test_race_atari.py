@@ -406,7 +406,16 @@ def test_an_rllib_contender_starts_ray_with_its_algorithms_and_runners_modules_p
                                         "minibatch_size": 16, "num_epochs": 1})
     meta = json.loads((tmp_path / "fastppo-ours-seed0" / "meta.json").read_text())
     assert asked == [["rl_speed.algorithms.fast_ppo", "rl_speed.env_runners.batched"]]
-    assert meta["ray_preload"] == asked[0] and meta["ran"]
+    assert meta["ray_preload"] == asked[0] and meta["ran"] and meta["ray_beside_imports"]
+
+
+@pytest.mark.parametrize("contender", sorted(race_atari.CONTENDER_MODULES))
+def test_the_modules_named_before_the_imports_are_those_of_the_built_config(contender, tmp_path):
+    from rl_speed.ray_start import preload_modules
+
+    config = race_atari.rllib_contender_config(contender, JudgeFiles(str(tmp_path), 0.0), 0, "cpu")
+    assert list(race_atari.CONTENDER_MODULES[contender]) == preload_modules([(config.algo_class, config)])
+    assert set(race_atari.CONTENDER_MODULES) == set(race_atari.CONTENDERS) - set(race_atari.SB3_CONTENDERS)
 
 
 def test_section_gives_each_runs_own_row_from_its_files(tmp_path):
