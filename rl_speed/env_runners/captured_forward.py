@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ray.rllib.core.columns import Columns as RLlibColumns
-from ray.rllib.models.torch.torch_distributions import TorchCategorical
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 
 from rl_speed import columns as C
 
