@@ -411,6 +411,7 @@ def test_an_rllib_contender_starts_ray_with_its_algorithms_and_runners_modules_p
 
 @pytest.mark.parametrize("contender", sorted(race_atari.CONTENDER_MODULES))
 def test_the_modules_named_before_the_imports_are_those_of_the_built_config(contender, tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
     from rl_speed.ray_start import preload_modules
 
     config = race_atari.rllib_contender_config(contender, JudgeFiles(str(tmp_path), 0.0), 0, "cpu")
