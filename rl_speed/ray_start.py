@@ -12,9 +12,10 @@ measured on the CPU. Only a Ray this process starts can be told; a running clust
 
 A script can also start Ray while it imports RLlib, torch and rl_speed (``init_local_ray(import_beside=...)``): Ray's
 start is mostly other processes starting (its GCS, raylet and prestarted workers), the imports are this process's, and
-one after the other they add up. On a 16-core H200 box starting Ray beside the driver's imports brought the Pong preset's
-first iteration 1.6 s and 2.7 s earlier (two boxes, medians of 3; results/atari-startup/2026-12-02-h200-bytecode.md,
-2026-12-03-h200-prefetch.md).
+one after the other they add up. On a 16-core H200 box, without the preload, starting Ray beside the driver's imports
+brought the Pong preset's first iteration 1.6 s and 2.7 s earlier (two boxes, medians of 3;
+results/atari-startup/2026-12-02-h200-bytecode.md, 2026-12-03-h200-prefetch.md); with it, not measured on a GPU yet
+(on a 2-core CPU neither gains: results/atari-startup/2026-12-05-cpu.md).
 """
 
 from __future__ import annotations
