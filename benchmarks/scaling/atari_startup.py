@@ -7,10 +7,9 @@ noting when things happen) say when their worker process started, when their ``_
 done), when their envs and their module (on a runner with a GPU share: its CUDA context) were built and when they
 were ready; the driver's build ends after the last runner is ready with the spaces' probe, the learner's build and
 the first weight sync. Every time is seconds since the process started, on the host's monotonic clock. A variant
-may start Ray while another thread imports RLlib and torch (the two are serial otherwise), have Ray's workers import
-the runner's modules as they start (:mod:`rl_speed.ray_start`), leave the runners' first env reset to their first
-sample (as before they prefetched it) and, on a GPU, create the driver's CUDA context in that thread
-(:class:`Variant`).
+may start Ray while another thread imports RLlib and torch (the two are serial otherwise; the thread here also notes
+when the imports are done, which :func:`rl_speed.ray_start.init_local_ray`'s ``import_beside`` does not) and have
+Ray's workers import the runner's modules as they start (:mod:`rl_speed.ray_start`) (:class:`Variant`).
 Run: ``rl-speed bench atari-startup --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` builds the
 preset shrunk to this machine (a check, not a figure).
 """
@@ -38,8 +37,6 @@ class Variant:
     changes: dict = field(default_factory=dict)
     ray_beside_imports: bool = False
     preload: bool = False  # Ray's prestarted workers import the runner's modules before an actor is placed on them
-    warm_cuda: bool = False  # the import thread also creates the driver's CUDA context (its learner's), on a GPU
-    prefetch_reset: bool = True  # the runners start their envs' first (seeded) reset as the envs are built
 
 
 #: The preset, then one cut of its start after another: Ray's prestarted workers importing the runners' modules
@@ -47,7 +44,7 @@ class Variant:
 #: started beside the driver's imports (the race's since 2026-12-05, :func:`rl_speed.ray_start.init_local_ray`'s
 #: ``import_beside``). Measured before, on 2026-12-02/03 (other rows): Ray beside the imports without the preload,
 #: 1.6 s and 2.7 s earlier; the runners' first reset at their first sample instead of prefetched, 1.6 s later; the
-#: driver's CUDA context created beside Ray's start, no gain (``Variant.warm_cuda``, ``Variant.prefetch_reset``).
+#: driver's CUDA context created beside Ray's start, no gain (those variants are in git's history before 2026-12-05).
 CPU_VARIANTS = {"preset": Variant(), "the runners' modules preloaded": Variant(preload=True),
                 "and Ray started beside the imports": Variant(ray_beside_imports=True, preload=True)}
 CUDA_VARIANTS = CPU_VARIANTS
@@ -72,10 +69,6 @@ def one_start(variant: Variant, device: str) -> dict:
     def imports() -> None:
         heavy_imports()
         driver["imported"] = time.monotonic() - start
-        if variant.warm_cuda and device == "cuda":
-            import torch
-
-            torch.empty(1, device="cuda")  # the context the learner's build would otherwise create after the runners
 
     beside = threading.Thread(target=imports) if variant.ray_beside_imports else None
     if beside is not None:
@@ -89,14 +82,14 @@ def one_start(variant: Variant, device: str) -> dict:
         if beside is not None:
             beside.join()
         import rl_speed
-        from benchmarks.scaling.timed_runner import TimedEnvRunner, TimedEnvRunnerResettingLate
+        from benchmarks.scaling.timed_runner import TimedEnvRunner
         from benchmarks.throughput.atari import preset
         from rl_speed.algorithms.config import update_config
 
         rl_speed.register()
         _, config = preset("PPO", device=device)
         config.debugging(seed=0)  # seeded as the race's runs (a seeded ale-py reset reloads each emulator's ROM)
-        config.env_runners(env_runner_cls=TimedEnvRunner if variant.prefetch_reset else TimedEnvRunnerResettingLate)
+        config.env_runners(env_runner_cls=TimedEnvRunner)
         update_config(config, variant.changes)
         algo = build_with_every_runner(config)
         driver["built"] = time.monotonic() - start

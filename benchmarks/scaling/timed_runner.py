@@ -32,9 +32,3 @@ class TimedEnvRunner(BatchedEnvRunner):
     def make_module(self) -> None:
         super().make_module()
         self.startup.setdefault("module", time.monotonic())
-
-
-class TimedEnvRunnerResettingLate(TimedEnvRunner):
-    """The same, its envs' first reset left to its first sample (the runner before it prefetched that reset)."""
-
-    prefetch_first_reset = False
