@@ -14,8 +14,9 @@ A script can also start Ray while it imports RLlib, torch and rl_speed (``init_l
 start is mostly other processes starting (its GCS, raylet and prestarted workers), the imports are this process's, and
 one after the other they add up. On a 16-core H200 box, without the preload, starting Ray beside the driver's imports
 brought the Pong preset's first iteration 1.6 s and 2.7 s earlier (two boxes, medians of 3;
-results/atari-startup/2026-12-02-h200-bytecode.md, 2026-12-03-h200-prefetch.md); with it, not measured on a GPU yet
-(on a 2-core CPU neither gains: results/atari-startup/2026-12-05-cpu.md).
+results/atari-startup/2026-12-02-h200-bytecode.md, 2026-12-03-h200-prefetch.md); with it, 3.4 s earlier than the
+preload alone (22.8 s against 26.2 s, medians of 3; results/atari-startup/2026-12-05-h200.md). On a 2-core CPU
+neither gains (results/atari-startup/2026-12-05-cpu.md): both cores are busy through the start.
 """
 
 from __future__ import annotations
