@@ -10,6 +10,14 @@ of 3, ``rl-speed bench atari-startup --device cuda``; results/atari-startup/2026
 The cost: each of Ray's idle workers holds those modules, about 215 MiB more (USS) than an idle worker without them,
 measured on the CPU. Only a Ray this process starts can be told; a running cluster keeps its own setting.
 
+Under Tune the prestarted workers went unused until :func:`tune_trials_on_prestarted_workers`: Tune makes each
+trial's actor class with a runtime env that sets env vars (``PL_DISABLE_FORK``, and those of the driver's it passes
+on), Ray starts a new worker process for an actor with a runtime env of its own instead of taking a prestarted one,
+and the actors an actor creates inherit its runtime env. So the trial and every env runner it created started a fresh
+process, which imported RLlib, torch and rl_speed only then: `rl-speed train` started its first iteration 3.9 s after
+the same run with the trial on a prestarted worker (2-core CPU, one runner), and 9.7 s after the same experiment
+without Tune on a 16-core H200 box (results/cli-start/2026-12-05-h200.md).
+
 A script can also start Ray while it imports RLlib, torch and rl_speed (``init_local_ray(import_beside=...)``): Ray's
 start is mostly other processes starting (its GCS, raylet and prestarted workers), the imports are this process's, and
 one after the other they add up. On a 16-core H200 box, without the preload, starting Ray beside the driver's imports
@@ -21,9 +29,11 @@ neither gains (results/atari-startup/2026-12-05-cpu.md): both cores are busy thr
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 
@@ -83,3 +93,43 @@ class _Importer(threading.Thread):
                 importlib.import_module(module)
         except BaseException as error:  # raised by init_local_ray in the caller's thread
             self.error = error
+
+
+def set_tune_trial_env_vars() -> None:
+    """Sets in this process's environment, where unset, the env vars Tune gives every trial actor (its
+    ``DEFAULT_ENV_VARS``), so that the workers of a Ray started from here afterwards have them already: call it
+    before :func:`init_local_ray`, then run Tune under :func:`tune_trials_on_prestarted_workers`."""
+    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS
+
+    for name, value in DEFAULT_ENV_VARS.items():
+        os.environ.setdefault(name, value)
+
+
+@contextlib.contextmanager
+def tune_trials_on_prestarted_workers(worker_environ: Mapping[str, str]) -> Iterator[None]:
+    """Within it, Tune makes a trial's actor class without its runtime env where that env would change nothing: where
+    it only sets env vars and each of them has that value in ``worker_environ``, the environment every worker of the
+    local Ray inherited (this process's environment when it started Ray). The trial then runs on one of Ray's
+    prestarted workers, with the modules they preloaded, and so do the env runners it creates. Where a value
+    differs (or Tune's runtime env sets anything else), Tune's runtime env stays, as without this.
+
+    Tune offers no setting for the trial's runtime env: this replaces ``_ActorClassCache.get`` of Ray 2.60's Tune
+    while the block runs (a Tune that no longer has it fails here, loudly) and puts it back after."""
+    import ray
+    from ray.tune.execution.class_cache import _ActorClassCache
+
+    tune_get = _ActorClassCache.get
+
+    def get(cache: _ActorClassCache, trainable_cls: type) -> Any:
+        if trainable_cls not in cache._cache:
+            runtime_env = dict(tune_get(cache, trainable_cls)._default_options.get("runtime_env") or {})
+            env_vars = runtime_env.pop("env_vars", {})
+            if not runtime_env and all(worker_environ.get(name) == value for name, value in env_vars.items()):
+                cache._cache[trainable_cls] = ray.remote(trainable_cls)
+        return cache._cache[trainable_cls]
+
+    _ActorClassCache.get = get
+    try:
+        yield
+    finally:
+        _ActorClassCache.get = tune_get

@@ -111,3 +111,109 @@ def test_a_local_ray_starts_while_this_process_imports_and_stops_on_an_import_er
 
     assert probe(["rl_speed.algorithms.fast_ppo"]) == {"imported": True, "ray_up": True, "cpus": 1.0}
     assert probe(["rl_speed.no_such_module"]) == {"error": "rl_speed.no_such_module", "ray_up": False}
+
+
+def test_tune_makes_a_trial_actor_class_without_a_runtime_env_that_would_change_nothing(monkeypatch):
+    from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, _ActorClassCache
+
+    from rl_speed.ray_start import tune_trials_on_prestarted_workers
+
+    class Trial:
+        pass
+
+    def runtime_env(worker_environ: dict) -> dict | None:
+        with tune_trials_on_prestarted_workers(worker_environ):
+            return _ActorClassCache().get(Trial)._default_options.get("runtime_env")
+
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    assert not runtime_env(dict(DEFAULT_ENV_VARS))  # the workers have Tune's env vars already
+    assert runtime_env({})["env_vars"] == DEFAULT_ENV_VARS  # they lack them: Tune's runtime env stays
+    assert runtime_env({name: "0" for name in DEFAULT_ENV_VARS})["env_vars"] == DEFAULT_ENV_VARS  # another value
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")  # one that Tune passes on from the driver's environment
+    assert runtime_env(dict(DEFAULT_ENV_VARS))["env_vars"] == {**DEFAULT_ENV_VARS, "AWS_ACCESS_KEY_ID": "key"}
+    assert not runtime_env({**DEFAULT_ENV_VARS, "AWS_ACCESS_KEY_ID": "key"})
+    # outside the block, Tune's own
+    assert _ActorClassCache().get(Trial)._default_options["runtime_env"]["env_vars"] == {
+        **DEFAULT_ENV_VARS, "AWS_ACCESS_KEY_ID": "key"}
+
+
+# In a fresh process with `rl-speed train`'s local Ray (3 CPUs, a light module preloaded so that the prestarted workers
+# are ready when the trial comes: 2 cores import torch slowly): a Tune trial that creates one actor; whether the
+# trial's and the actor's processes were running before `fit()` began (Ray's prestarted workers) and whether the trial
+# saw the preloaded module, with Tune's runtime env dropped and kept.
+TRIAL_PROBE = """
+import json, os, sys, tempfile, time
+import ray
+from ray import tune
+from rl_speed.cli.train import init_ray
+from rl_speed.ray_start import tune_trials_on_prestarted_workers
+
+def age():
+    with open("/proc/self/stat") as f:
+        started = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time in clock ticks since boot
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0]) - started / os.sysconf("SC_CLK_TCK")
+
+@ray.remote(num_cpus=1)
+class Child:
+    def age(self):
+        return age()
+
+class Probe(tune.Trainable):
+    def setup(self, config):
+        self.seen = "rl_speed.columns" in sys.modules
+        self.child_age = ray.get(Child.remote().age.remote())
+
+    def step(self):
+        return {"trial_age": age(), "child_age": self.child_age, "seen": self.seen, "done": True}
+
+def trial(keep_tunes_env):
+    # the trial's bundle and its actor's, as an RLlib algorithm asks for its runners (Tune places both in the trial's
+    # placement group)
+    resources = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}])
+    tuner = tune.Tuner(tune.with_resources(Probe, resources),
+                       run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(), verbose=0))
+    start = time.monotonic()
+    if keep_tunes_env:
+        result = tuner.fit()[0].metrics
+    else:
+        with tune_trials_on_prestarted_workers(environ):
+            result = tuner.fit()[0].metrics
+    since = time.monotonic() - start
+    return {"trial_prestarted": result["trial_age"] > since, "child_prestarted": result["child_age"] > since,
+            "seen": result["seen"]}
+
+environ = init_ray(None, 3, None, False, ["rl_speed.columns"])
+try:
+    print(json.dumps({"dropped": trial(False), "kept": trial(True),
+                      "env_vars_set": all(environ.get(k) == v for k, v in {"PL_DISABLE_FORK": "1"}.items())}))
+finally:
+    ray.shutdown()
+"""
+
+
+def test_rl_speed_trains_tune_trials_and_their_runners_on_rays_prestarted_workers(cli_env):
+    cli_env.pop("PL_DISABLE_FORK", None)
+    proc = subprocess.run([sys.executable, "-c", TRIAL_PROBE], capture_output=True, text=True, timeout=300,
+                          env=cli_env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"dropped": {"trial_prestarted": True, "child_prestarted": True, "seen": True},
+                    "kept": {"trial_prestarted": False, "child_prestarted": False, "seen": True},
+                    "env_vars_set": True}
+
+
+def test_rl_speed_train_gives_tune_the_environment_of_the_local_rays_workers(tmp_path, monkeypatch):
+    import ray
+
+    from rl_speed.cli import train as train_module
+    from rl_speed.cli.main import main
+
+    path = tmp_path / "x.yaml"
+    path.write_text("x:\n  run: FastPPO\n  env: CartPole-v1\n  stop: {training_iteration: 1}\n")
+    given = []
+    monkeypatch.setattr(train_module, "init_ray", lambda *args: {"PL_DISABLE_FORK": "1"})
+    monkeypatch.setattr(ray, "shutdown", lambda: None)  # (no Ray was started)
+    monkeypatch.setattr(train_module, "run_experiments", lambda *a, **k: given.append(k["worker_environ"]) or 0)
+    assert main(["train", str(path)]) == 0
+    assert given == [{"PL_DISABLE_FORK": "1"}]

@@ -1,6 +1,8 @@
 """How long ``rl-speed train`` takes from its launch to its first iteration's progress line, with the local Ray's
 workers importing the experiment's algorithm and env-runner modules in advance (the default, :mod:`rl_speed.ray_start`)
-and without (``--no-preload``); and beside them the same experiment without Tune (the race's path).
+and without (``--no-preload``); with Tune's runtime env kept on the trial (its actor and runners then start fresh
+processes; :func:`rl_speed.ray_start.tune_trials_on_prestarted_workers` drops it by default); and beside them the same
+experiment without Tune (the race's path).
 
 Each start is a fresh ``rl-speed train FILE --experiment NAME --stop '{"training_iteration": 1}'`` process, the
 variants alternating; the figure is the wall clock from launching it to the line of iteration 1 (Python's start, the
@@ -17,6 +19,7 @@ gain).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,13 +31,20 @@ from benchmarks.common import check_cuda, machine
 
 #: device -> (experiment file, experiment)
 PRESETS = {"cpu": ("atari_ppo.yaml", "pong-fastppo"), "cuda": ("atari_ppo_gpu.yaml", "pong-fastppo-gpu")}
-#: variant -> the ``rl-speed train`` flags it adds, or None: the experiment without Tune (:func:`direct_start`)
-VARIANTS = {"modules preloaded (default)": [], "--no-preload": ["--no-preload"], "without Tune (the race's path)": None}
+#: variant -> (the ``rl-speed train`` flags it adds, or None: the experiment without Tune (:func:`direct_start`);
+#: env vars set for it). ``PL_DISABLE_FORK=0`` differs from the value Tune gives its trials, so Tune's runtime env
+#: stays and the trial and its runners start fresh processes, as before rl_speed.ray_start.tune_trials_on_prestarted_workers.
+VARIANTS = {"modules preloaded (default)": ([], {}), "--no-preload": (["--no-preload"], {}),
+            "Tune's runtime env kept (PL_DISABLE_FORK=0)": ([], {"PL_DISABLE_FORK": "0"}),
+            "without Tune (the race's path)": (None, {})}
+#: the row the others are compared with
+BASE = "Tune's runtime env kept (PL_DISABLE_FORK=0)"
 
 
-def one_start(device: str, flags: list[str] | None, overrides: dict | None = None) -> float:
-    """Seconds from launching ``rl-speed train`` (with ``flags``; None: :func:`direct_start` instead) to its progress
-    line for iteration 1."""
+def one_start(device: str, flags: list[str] | None, overrides: dict | None = None,
+              env_vars: dict[str, str] | None = None) -> float:
+    """Seconds from launching ``rl-speed train`` (with ``flags``; None: :func:`direct_start` instead; ``env_vars`` set
+    in its environment) to its progress line for iteration 1."""
     file, experiment = PRESETS[device]
     with tempfile.TemporaryDirectory(prefix="cli_start_") as storage:
         if flags is None:
@@ -47,7 +57,8 @@ def one_start(device: str, flags: list[str] | None, overrides: dict | None = Non
                        '{"training_iteration": 1}', "--storage-path", storage, *flags,
                        *(["--config", json.dumps(overrides)] if overrides else [])]
         start = time.monotonic()
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **(env_vars or {})})
         first, lines = None, []
         for line in proc.stdout:
             lines.append(line)
@@ -89,10 +100,10 @@ def run(repeats: int = 3, device: str = "cpu", overrides: dict | None = None) ->
     check_cuda("cli-start", device, "time the CPU preset")
     seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(repeats):
-        for name, flags in VARIANTS.items():
-            seconds[name].append(one_start(device, flags, overrides))
+        for name, (flags, env_vars) in VARIANTS.items():
+            seconds[name].append(one_start(device, flags, overrides, env_vars))
     file, experiment = PRESETS[device]
-    base = statistics.median(seconds["--no-preload"])
+    base = statistics.median(seconds[BASE])
     rows = [f"| {name} | {statistics.median(s):.1f} | {base / statistics.median(s):.2f}x | "
             + ", ".join(f"{x:.1f}" for x in s) + " |" for name, s in seconds.items()]
     return "\n".join([
@@ -101,5 +112,5 @@ def run(repeats: int = 3, device: str = "cpu", overrides: dict | None = None) ->
         f"{f' --config {json.dumps(overrides)!r}' if overrides else ''}` · "
         f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · `{file}`'s `{experiment}`, stopped after one "
         "iteration; each start a fresh process, the variants alternating.", "",
-        "| variant | median (s) | speed-up vs --no-preload | each start (s) |", "|---|---:|---:|---|", *rows,
+        f"| variant | median (s) | speed-up vs {BASE.split(' (')[0]} | each start (s) |", "|---|---:|---:|---|", *rows,
     ])

@@ -73,9 +73,10 @@ def train(args: argparse.Namespace) -> int:
     from rl_speed.ray_start import preload_modules
 
     preload = [] if args.no_preload else preload_modules((e.algo_class, e.config) for e in experiments)
-    init_ray(args.address, args.num_cpus, args.num_gpus, args.verbose, preload)
+    worker_environ = init_ray(args.address, args.num_cpus, args.num_gpus, args.verbose, preload)
     try:
-        return run_experiments(experiments, args.storage_path, verbose=args.verbose, resume=args.resume)
+        return run_experiments(experiments, args.storage_path, verbose=args.verbose, resume=args.resume,
+                               worker_environ=worker_environ)
     finally:
         ray.shutdown()
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -106,14 +107,19 @@ def check_resumable(experiments: list[Experiment], storage_path: str | None) -> 
 
 
 def run_experiments(experiments: list[Experiment], storage_path: str | None, verbose: bool = False,
-                    stream: TextIO = sys.stdout, resume: bool = False) -> int:
+                    stream: TextIO = sys.stdout, resume: bool = False,
+                    worker_environ: Mapping[str, str] | None = None) -> int:
     """Runs each experiment with Tune (Ray must be initialized); returns a process exit status.
 
     ``resume``: continue each experiment's unfinished or errored trials from their last checkpoints (Tune's
     experiment state + RLlib's algorithm checkpoint: weights, optimizer, counters and, for FastDQN, the replay
-    buffer), with the stop criteria of the original run.
+    buffer), with the stop criteria of the original run. ``worker_environ``: the environment of the local Ray's
+    workers (:func:`init_ray`'s answer): the trials then run on Ray's prestarted workers where Tune's runtime env
+    would change nothing (:func:`rl_speed.ray_start.tune_trials_on_prestarted_workers`); None on a cluster.
     """
     from ray import tune
+
+    from rl_speed.ray_start import tune_trials_on_prestarted_workers
 
     status = 0
     for exp in experiments:
@@ -132,7 +138,9 @@ def run_experiments(experiments: list[Experiment], storage_path: str | None, ver
             tuner = tune.Tuner(exp.algo_class, param_space=exp.config,
                                tune_config=tune.TuneConfig(num_samples=exp.num_samples), run_config=run_config)
         start = time.perf_counter()
-        results = tuner.fit()
+        with (tune_trials_on_prestarted_workers(worker_environ) if worker_environ is not None
+              else contextlib.nullcontext()):
+            results = tuner.fit()
         wall = time.perf_counter() - start
         stream.write("\n" if stream.isatty() else "")
         stream.write(f"{exp.name}: finished in {wall:.0f} s. Results: {results.experiment_path}\n")
@@ -153,15 +161,19 @@ def run_experiments(experiments: list[Experiment], storage_path: str | None, ver
 
 
 def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, verbose: bool,
-             preload: Iterable[str] = ()) -> None:
-    """Joins ``address``, or the cluster of the ``ray job`` we run in (RAY_ADDRESS), or starts a private local Ray
-    whose workers import ``preload`` (:mod:`rl_speed.ray_start`) before they take work."""
+             preload: Iterable[str] = ()) -> dict[str, str] | None:
+    """Joins ``address``, or the cluster of the ``ray job`` we run in (RAY_ADDRESS), and returns None; or starts a
+    private local Ray whose workers import ``preload`` (:mod:`rl_speed.ray_start`) before they take work and have the
+    env vars Tune gives its trials, and returns the environment its workers inherit (for :func:`run_experiments`)."""
     import ray
 
-    from rl_speed.ray_start import init_local_ray
+    from rl_speed.ray_start import init_local_ray, set_tune_trial_env_vars
 
     if address or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address, log_to_driver=verbose)
-    else:
-        # address="local" always starts a new Ray, never attaching to some other `ray start` on this machine.
-        init_local_ray(preload, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)
+        return None
+    set_tune_trial_env_vars()
+    worker_environ = dict(os.environ)
+    # address="local" always starts a new Ray, never attaching to some other `ray start` on this machine.
+    init_local_ray(preload, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)
+    return worker_environ

@@ -36,19 +36,22 @@ def test_a_start_without_tune_that_fails_shows_its_output():
 
 
 def test_the_table_gives_every_variant_and_its_ratio(monkeypatch):
-    times = iter([10.0, 12.0, 7.0, 11.0, 14.0, 8.0, 9.0, 13.0, 6.0])
-    flags_seen = []
+    times = iter([10.0, 12.0, 15.0, 7.0, 11.0, 14.0, 16.0, 8.0, 9.0, 13.0, 17.0, 6.0])
+    seen = []
 
-    def fake(device, flags, overrides):
-        flags_seen.append(flags)
+    def fake(device, flags, overrides, env_vars):
+        seen.append((flags, env_vars))
         return next(times)
 
     monkeypatch.setattr(cli_start, "one_start", fake)
     table = cli_start.run(repeats=3)
-    assert "| modules preloaded (default) | 10.0 | 1.30x | 10.0, 11.0, 9.0 |" in table
-    assert "| --no-preload | 13.0 | 1.00x | 12.0, 14.0, 13.0 |" in table
-    assert "| without Tune (the race's path) | 7.0 | 1.86x | 7.0, 8.0, 6.0 |" in table
-    assert flags_seen[:3] == [[], ["--no-preload"], None]  # the variants alternate
+    assert "| variant | median (s) | speed-up vs Tune's runtime env kept | each start (s) |" in table
+    assert "| modules preloaded (default) | 10.0 | 1.60x | 10.0, 11.0, 9.0 |" in table
+    assert "| --no-preload | 13.0 | 1.23x | 12.0, 14.0, 13.0 |" in table
+    assert "| Tune's runtime env kept (PL_DISABLE_FORK=0) | 16.0 | 1.00x | 15.0, 16.0, 17.0 |" in table
+    assert "| without Tune (the race's path) | 7.0 | 2.29x | 7.0, 8.0, 6.0 |" in table
+    # the variants alternate
+    assert seen[:4] == [([], {}), (["--no-preload"], {}), ([], {"PL_DISABLE_FORK": "0"}), (None, {})]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
