@@ -14,9 +14,10 @@ Under Tune the prestarted workers went unused until :func:`tune_trials_on_presta
 trial's actor class with a runtime env that sets env vars (``PL_DISABLE_FORK``, and those of the driver's it passes
 on), Ray starts a new worker process for an actor with a runtime env of its own instead of taking a prestarted one,
 and the actors an actor creates inherit its runtime env. So the trial and every env runner it created started a fresh
-process, which imported RLlib, torch and rl_speed only then: `rl-speed train` started its first iteration 3.9 s after
-the same run with the trial on a prestarted worker (2-core CPU, one runner), and 9.7 s after the same experiment
-without Tune on a 16-core H200 box (results/cli-start/2026-12-05-h200.md).
+process, which imported RLlib, torch and rl_speed only then: `rl-speed train` printed its first progress line at 19.3 s
+instead of 17.1 s with the trial on a prestarted worker (2-core CPU, one runner, medians of 3;
+results/cli-start/2026-12-05-cpu-prestarted-trials.md), and 9.7 s after the same experiment without Tune on a 16-core
+H200 box before the change (results/cli-start/2026-12-05-h200.md).
 
 A script can also start Ray while it imports RLlib, torch and rl_speed (``init_local_ray(import_beside=...)``): Ray's
 start is mostly other processes starting (its GCS, raylet and prestarted workers), the imports are this process's, and
@@ -95,26 +96,33 @@ class _Importer(threading.Thread):
             self.error = error
 
 
-def set_tune_trial_env_vars() -> None:
+def set_tune_trial_env_vars() -> dict[str, str]:
     """Sets in this process's environment, where unset, the env vars Tune gives every trial actor (its
-    ``DEFAULT_ENV_VARS``), so that the workers of a Ray started from here afterwards have them already: call it
-    before :func:`init_local_ray`, then run Tune under :func:`tune_trials_on_prestarted_workers`."""
+    ``DEFAULT_ENV_VARS``), so that the workers of a Ray started from here afterwards have them already, and returns
+    that environment: call it right before :func:`init_local_ray`, then run Tune under
+    :func:`tune_trials_on_prestarted_workers` with what it returned."""
     from ray.tune.execution.class_cache import DEFAULT_ENV_VARS
 
     for name, value in DEFAULT_ENV_VARS.items():
         os.environ.setdefault(name, value)
+    return dict(os.environ)
 
 
 @contextlib.contextmanager
-def tune_trials_on_prestarted_workers(worker_environ: Mapping[str, str]) -> Iterator[None]:
+def tune_trials_on_prestarted_workers(worker_environ: Mapping[str, str] | None) -> Iterator[None]:
     """Within it, Tune makes a trial's actor class without its runtime env where that env would change nothing: where
     it only sets env vars and each of them has that value in ``worker_environ``, the environment every worker of the
     local Ray inherited (this process's environment when it started Ray). The trial then runs on one of Ray's
     prestarted workers, with the modules they preloaded, and so do the env runners it creates. Where a value
-    differs (or Tune's runtime env sets anything else), Tune's runtime env stays, as without this.
+    differs (or Tune's runtime env sets anything else), Tune's runtime env stays, as without this; with
+    ``worker_environ`` None (a cluster this process did not start, whose workers' environment it cannot know), Tune
+    is left as it is.
 
     Tune offers no setting for the trial's runtime env: this replaces ``_ActorClassCache.get`` of Ray 2.60's Tune
     while the block runs (a Tune that no longer has it fails here, loudly) and puts it back after."""
+    if worker_environ is None:
+        yield
+        return
     import ray
     from ray.tune.execution.class_cache import _ActorClassCache
 

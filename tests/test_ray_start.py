@@ -121,7 +121,7 @@ def test_tune_makes_a_trial_actor_class_without_a_runtime_env_that_would_change_
     class Trial:
         pass
 
-    def runtime_env(worker_environ: dict) -> dict | None:
+    def runtime_env(worker_environ: dict | None) -> dict | None:
         with tune_trials_on_prestarted_workers(worker_environ):
             return _ActorClassCache().get(Trial)._default_options.get("runtime_env")
 
@@ -129,6 +129,7 @@ def test_tune_makes_a_trial_actor_class_without_a_runtime_env_that_would_change_
     assert not runtime_env(dict(DEFAULT_ENV_VARS))  # the workers have Tune's env vars already
     assert runtime_env({})["env_vars"] == DEFAULT_ENV_VARS  # they lack them: Tune's runtime env stays
     assert runtime_env({name: "0" for name in DEFAULT_ENV_VARS})["env_vars"] == DEFAULT_ENV_VARS  # another value
+    assert runtime_env(None)["env_vars"] == DEFAULT_ENV_VARS  # a cluster's workers: Tune left as it is
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")  # one that Tune passes on from the driver's environment
     assert runtime_env(dict(DEFAULT_ENV_VARS))["env_vars"] == {**DEFAULT_ENV_VARS, "AWS_ACCESS_KEY_ID": "key"}
     assert not runtime_env({**DEFAULT_ENV_VARS, "AWS_ACCESS_KEY_ID": "key"})

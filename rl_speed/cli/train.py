@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -138,8 +137,7 @@ def run_experiments(experiments: list[Experiment], storage_path: str | None, ver
             tuner = tune.Tuner(exp.algo_class, param_space=exp.config,
                                tune_config=tune.TuneConfig(num_samples=exp.num_samples), run_config=run_config)
         start = time.perf_counter()
-        with (tune_trials_on_prestarted_workers(worker_environ) if worker_environ is not None
-              else contextlib.nullcontext()):
+        with tune_trials_on_prestarted_workers(worker_environ):
             results = tuner.fit()
         wall = time.perf_counter() - start
         stream.write("\n" if stream.isatty() else "")
@@ -172,8 +170,7 @@ def init_ray(address: str | None, num_cpus: int | None, num_gpus: int | None, ve
     if address or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address, log_to_driver=verbose)
         return None
-    set_tune_trial_env_vars()
-    worker_environ = dict(os.environ)
+    worker_environ = set_tune_trial_env_vars()
     # address="local" always starts a new Ray, never attaching to some other `ray start` on this machine.
     init_local_ray(preload, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=verbose)
     return worker_environ
