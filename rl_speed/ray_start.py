@@ -113,7 +113,8 @@ def tune_trials_on_prestarted_workers(worker_environ: Mapping[str, str] | None) 
     """Within it, Tune makes a trial's actor class without its runtime env where that env would change nothing: where
     it only sets env vars and each of them has that value in ``worker_environ``, the environment every worker of the
     local Ray inherited (this process's environment when it started Ray). The trial then runs on one of Ray's
-    prestarted workers, with the modules they preloaded, and so do the env runners it creates. Where a value
+    prestarted workers, with the modules they preloaded, and the env runners it creates can too (on a busy machine
+    Ray may still start a fresh process for some of them). Where a value
     differs (or Tune's runtime env sets anything else), Tune's runtime env stays, as without this; with
     ``worker_environ`` None (a cluster this process did not start, whose workers' environment it cannot know), Tune
     is left as it is.
