@@ -33,6 +33,7 @@ REGISTRY = {
     "mario-learner": "benchmarks.scaling.mario_learner", "mario-scaling": "benchmarks.scaling.mario_scaling",
     "allreduce": "benchmarks.scaling.allreduce", "runner-starts": "benchmarks.scaling.runner_starts",
     "atari-startup": "benchmarks.scaling.atari_startup", "cli-start": "benchmarks.scaling.cli_start",
+    "atari-gpu-sharing": "benchmarks.scaling.gpu_sharing",
     "race": "benchmarks.race.race", "race-atari": "benchmarks.race.race_atari",
     "grid-preset": "benchmarks.race.grid_preset",
     "atari-policy": "benchmarks.evaluate.atari_policy", "mario-policy": "benchmarks.evaluate.mario_policy",

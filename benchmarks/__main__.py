@@ -24,7 +24,7 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
     parser.add_argument("--output", default=str(ROOT / "results"),
                         help="results directory: NAME/table.md, NAME/chart.png, NAME/result.json (default: the "
                              "checkout's results/)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-runner, atari-learner, atari-dqn-learner, atari-startup, cli-start, atari-policy, race-atari, allreduce, batch-copy, frame-norm)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="learner device (dqn, grid-preset, scaling, durotaxis, mario-learner, mario-scaling, mettagrid, learner-scaling, atari, atari-runner, atari-learner, atari-dqn-learner, atari-startup, atari-gpu-sharing, cli-start, atari-policy, race-atari, allreduce, batch-copy, frame-norm)")
     parser.add_argument("--checkpoint", help="mario-policy, atari-policy: the checkpoint folder of a trained run to evaluate")
     parser.add_argument("--config", help="learner-scaling: JSON dict of config keys set on every row, e.g. "
                                          "'{\"cuda_graph\": false}'")

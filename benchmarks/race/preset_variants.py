@@ -13,6 +13,10 @@ spends in the env and in the module's forward (RLlib's ``env_step_timer`` / ``rl
 runners' mean), requests in flight and weights lag (medians); the cores busy on average per process group over the
 timed iterations (:mod:`benchmarks.process_cpu`: on a box whose cores are all busy, which processes use them).
 
+``--forward-free NAME`` (repeatable): that variant's runners act without a forward (uniform random actions,
+:class:`benchmarks.race.forward_free.ForwardFreeEnvRunner`) and hold no GPU share and no captured step: the rate its
+runners and learner reach when a runner's action step costs nothing, the ceiling of any placement of the forward.
+
 ``--profile-iterations K``: after each run's timed window, K more iterations under cProfile in the driver (its local
 learner included), and the functions with the most cumulative and own time per iteration below the table: where the
 driver's part of an iteration goes (the join, the values and GAE, the weight push). cProfile slows Python-heavy code,
@@ -45,19 +49,34 @@ def variant_config(path: str | Path, changes: dict, experiment: str | None = Non
     return experiments[0].config
 
 
+def forward_free(config: Any) -> Any:
+    """``config`` with runners that act without a forward (:mod:`benchmarks.race.forward_free`), no GPU share and no
+    captured step for them."""
+    from benchmarks.race.forward_free import ForwardFreeEnvRunner
+
+    config = config.copy(copy_frozen=False)
+    config.env_runners(env_runner_cls=ForwardFreeEnvRunner, num_gpus_per_env_runner=0)
+    if getattr(config, "cuda_graph_env_runners", False):
+        config.training(cuda_graph_env_runners=False)
+    return config
+
+
 def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: float = 55.0, warmup: int = 2,
         num_cpus: int | None = None, num_gpus: int = 0, experiment: str | None = None,
-        profile_iterations: int = 0) -> str:
+        profile_iterations: int = 0, forward_free_variants: tuple[str, ...] = ()) -> str:
     """The table of every run in ``order`` (names of ``variants``), one row each; with ``profile_iterations``, each
-    run's driver profile below it (see the module docstring)."""
+    run's driver profile below it; ``forward_free_variants``: variants whose runners act without a forward (see the
+    module docstring)."""
     import rl_speed
 
-    unknown = [name for name in order if name not in variants]
-    if unknown:
-        raise ValueError(f"preset_variants: {unknown} in the order are not among the variants {sorted(variants)}.")
+    for what, names in (("the order", order), ("--forward-free", forward_free_variants)):
+        unknown = [name for name in names if name not in variants]
+        if unknown:
+            raise ValueError(f"preset_variants: {unknown} in {what} are not among the variants {sorted(variants)}.")
     rl_speed.register()
     # bad keys and experiment names fail here, before Ray starts
     configs = {name: variant_config(path, changes, experiment) for name, changes in variants.items()}
+    configs |= {name: forward_free(configs[name]) for name in forward_free_variants}
     rows, profiles_text = [], []
     after = profiled(profile_iterations) if profile_iterations else None
     with local_ray(num_cpus or usable_cpus(), num_gpus):  # a caller's Ray (a test session's) is used and left running
@@ -79,7 +98,8 @@ def run(path: str | Path, variants: dict[str, dict], order: list[str], seconds: 
         f"`{Path(path).name}`{f' ({experiment})' if experiment else ''} variants, interleaved · machine: {machine()} "
         f"· each run over {seconds:.0f} s after {warmup} warm-up iterations",
         "",
-        *[f"- {name}: `{json.dumps(changes)}`" for name, changes in variants.items()],
+        *[f"- {name}: `{json.dumps(changes)}`{' (forward-free runners)' if name in forward_free_variants else ''}"
+          for name, changes in variants.items()],
         "",
         "| variant | agent steps/s | driver waits for batches | learner time | runner batch (fastest-slowest) | "
         "runner step: env / inference | requests in flight | weights lag | cores busy: "
@@ -149,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=None)
     parser.add_argument("--num-gpus", type=int, default=0)
+    parser.add_argument("--forward-free", action="append", default=[], metavar="NAME",
+                        help="a variant whose runners act without a forward (uniform random actions): the ceiling")
     parser.add_argument("--profile-iterations", type=int, default=0,
                         help="after each run, this many iterations under cProfile in the driver (see above)")
     args = parser.parse_args(argv)
@@ -159,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     if not all(isinstance(changes, dict) for changes in variants.values()):
         parser.error("--variant: the changes must be a JSON object, e.g. '{\"lr\": 0.001}'")
     print(run(args.file, variants, args.order.split(","), args.seconds, args.warmup, args.num_cpus, args.num_gpus,
-              args.experiment, args.profile_iterations))
+              args.experiment, args.profile_iterations, tuple(args.forward_free)))
     return 0
 
 

@@ -91,3 +91,15 @@ def test_the_driver_profile_shares_out_each_runs_extra_iterations(ray_session, e
     line = next(line for line in profile.splitlines() if "(training_step)" in line)
     per_iteration = float(line.split()[3])
     assert 0 < per_iteration < 60, line
+
+
+def test_a_forward_free_variant_samples_without_its_modules_forward(ray_session, experiment):
+    table = run(experiment, {"A": {}, "F": {}}, ["F"], seconds=1.0, warmup=1, forward_free_variants=("F",))
+    row = next(line for line in table.splitlines() if line.startswith("| F |"))
+    assert float(row.split("|")[2].replace(",", "")) > 0  # it trained at some rate
+    assert '- F: `{}` (forward-free runners)' in table
+
+
+def test_a_forward_free_name_that_is_no_variant_is_refused(experiment):
+    with pytest.raises(ValueError, match=r"\['G'\] in --forward-free are not among the variants \['A'\]"):
+        run(experiment, {"A": {}}, ["A"], forward_free_variants=("G",))
