@@ -24,6 +24,7 @@ REGISTRY = {
     "lstm": "benchmarks.throughput.lstm", "cli": "benchmarks.throughput.cli_overhead",
     "multi-agent": "benchmarks.throughput.multi_agent_columns", "mettagrid": "benchmarks.throughput.mettagrid",
     "atari": "benchmarks.throughput.atari", "atari-runner": "benchmarks.throughput.atari_runner",
+    "atari-emulators": "benchmarks.throughput.atari_emulators",
     "atari-learner": "benchmarks.throughput.atari_learner",
     "atari-dqn-learner": "benchmarks.throughput.atari_learner:run_dqn",
     "batch-copy": "benchmarks.throughput.batch_copy",

@@ -1,0 +1,24 @@
+"""`rl-speed bench atari-emulators`: ale-py's Pong emulators alone on one thread and on every usable CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.throughput import atari_emulators
+
+pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+
+
+def test_a_thread_steps_its_16_emulators_and_the_rates_count_every_emulator():
+    env = atari_emulators.emulators(threads=2)
+    try:
+        assert env.num_envs == 32
+        rate = atari_emulators.env_steps_per_second(env, seconds=0.3)
+        assert rate > 100  # 32 emulators' frame-skipped steps per second, not 32 of them per step counted once
+    finally:
+        env.close()
+
+
+def test_one_thread_and_every_thread_each_get_a_row():
+    rates = atari_emulators.measure(repeats=1, seconds=0.2, threads=2)
+    assert sorted(rates) == [1, 2] and all(rate > 0 for rate in rates.values())
