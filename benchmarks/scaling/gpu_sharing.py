@@ -20,7 +20,8 @@ Rows (each a window of ``seconds``; rows alternate over ``repeats`` rounds; medi
   and one more process answers ``runners`` virtual runners, each asking again one emulation step (the previous row's
   median) after its answer; every forward due is replayed on the server's stream, then one wait for all of them.
 - **a thread of the learner's process**: the same serving loop as a thread of the learner's process, on a
-  high-priority CUDA stream: the learner's and every runner's forward in one context.
+  high-priority CUDA stream: the learner's and every runner's forward in one context (Python's GIL hand-over
+  interval 0.5 ms while it runs, :data:`SWITCH_INTERVAL_S`).
 
 Per row: the learner's seconds per update, a forward's latency from the moment it is due to its answer on the host
 (median and 90th percentile), a runner's emulation per step, and the rates these allow: the runners'
@@ -36,6 +37,7 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,6 +55,9 @@ RUNNER_MODE = {ROWS[0]: "idle", ROWS[1]: "forward", ROWS[2]: "emulate", ROWS[3]:
 SERVER = {ROWS[2]: "process", ROWS[3]: "thread"}
 #: The virtual runners' emulation step (seconds) before any "own contexts" row has measured the real one.
 FIRST_EMULATION_S = 0.010
+#: Python's GIL hand-over interval while the serving thread runs beside the learner's (default 5 ms): a thread that
+#: wakes for a request takes the GIL from Python code of the learner's within this, as a serving thread would set it.
+SWITCH_INTERVAL_S = 0.0005
 
 
 def preset_module(device: str) -> Any:
@@ -335,6 +340,7 @@ def measure(device: str = "cpu", repeats: int = 3, seconds: float = 10.0, runner
             if pipe.recv() != "ready":
                 raise RuntimeError("atari-gpu-sharing: a child process did not start")
         emulation_s = FIRST_EMULATION_S
+        switch_interval = sys.getswitchinterval()
         for row in interleaved(list(ROWS), repeats):
             for pipe in pipes:
                 pipe.send((RUNNER_MODE[row], seconds))
@@ -344,12 +350,14 @@ def measure(device: str = "cpu", repeats: int = 3, seconds: float = 10.0, runner
             elif SERVER.get(row) == "thread":
                 serving = threading.Thread(target=serve_into, args=(thread_loop, served, seconds, emulation_s),
                                            daemon=True)
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
                 serving.start()
             rounds[row].update_s += learner_updates(algo, data, seconds, device)
             if SERVER.get(row) == "process":
                 rounds[row].latency_s += server.recv()["latency"]
             elif SERVER.get(row) == "thread":
                 serving.join()
+                sys.setswitchinterval(switch_interval)
                 rounds[row].latency_s += served["latency"]
             for pipe in pipes:
                 out = pipe.recv()
