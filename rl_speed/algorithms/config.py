@@ -36,6 +36,9 @@ class ColumnarConfigMixin:
     * ``cuda_graph_env_runners`` (default False): each remote env runner with its module on a GPU
       (``num_gpus_per_env_runner`` > 0) replays its action step as one captured CUDA graph (see
       :mod:`rl_speed.env_runners.captured_forward`); only where ``supports_cuda_graph_env_runners``.
+    * ``shared_inference`` (default False): the remote env runners' action step is served by one thread of the
+      local learner's process, on the learner's device, instead of a forward in each runner (see
+      :mod:`rl_speed.env_runners.shared_inference`); only where ``supports_shared_inference``.
     """
 
     #: Whether the algorithm's loss can be captured in a CUDA graph (no host syncs); set by the algorithm's config.
@@ -46,6 +49,9 @@ class ColumnarConfigMixin:
     #: Whether the algorithm's runners act by sampling a categorical policy, which a captured action step can hold
     #: (an epsilon-greedy module picks actions from Python's timestep); set by the algorithm's config.
     supports_cuda_graph_env_runners: bool = False
+    #: Whether the algorithm's remote runners may act through the learner's process's inference server (a categorical
+    #: policy drawn from the module's logits; FastPPO).
+    supports_shared_inference: bool = False
     #: Whether multi-agent columns may train on several DDP learners (FastPPO: see rl_speed.learners.update_loop).
     multi_agent_learners: bool = False
 
@@ -63,12 +69,16 @@ class ColumnarConfigMixin:
         self.grad_accumulation_steps: int = 1
         self.cuda_graph: bool = False
         self.cuda_graph_env_runners: bool = False
+        self.shared_inference: bool = False
 
     @override(AlgorithmConfig)
     def training(self, *, sync_weights_every: int = NotProvided, async_sampling: bool = NotProvided,
                  mixed_precision: str = NotProvided, grad_accumulation_steps: int = NotProvided,
-                 cuda_graph: bool = NotProvided, cuda_graph_env_runners: bool = NotProvided, **kwargs: Any) -> Any:
+                 cuda_graph: bool = NotProvided, cuda_graph_env_runners: bool = NotProvided,
+                 shared_inference: bool = NotProvided, **kwargs: Any) -> Any:
         super().training(**kwargs)
+        if shared_inference is not NotProvided:
+            self.shared_inference = shared_inference
         if cuda_graph is not NotProvided:
             self.cuda_graph = cuda_graph
         if cuda_graph_env_runners is not NotProvided:
@@ -109,6 +119,7 @@ class ColumnarConfigMixin:
         check_optimizer_step_keys(self, name)
         check_cuda_graph_keys(self, name)
         check_cuda_graph_env_runners(self, name)
+        check_shared_inference(self, name)
         check_learner_class(self, name)
         check_model_config_keys(self, name)
         if not self.in_evaluation and self.batch_mode != "truncate_episodes":
@@ -426,6 +437,36 @@ def check_cuda_graph_env_runners(config: Any, name: str) -> None:
     if problems:
         config._value_error(f"{name}: `cuda_graph_env_runners: true` cannot be used here: " + "; ".join(problems)
                             + ".")
+
+
+def check_shared_inference(config: Any, name: str) -> None:
+    """Config-time errors for ``shared_inference``; what only a runner knows (its module's distribution, its machine)
+    it checks when it connects (rl_speed.env_runners.batched.BatchedEnvRunner.connect_shared_inference)."""
+    on = config.shared_inference
+    if not isinstance(on, bool):
+        config._value_error(f"{name}: `shared_inference`={on!r} must be true or false.")
+    if not on or config.in_evaluation:  # (evaluation runners act through RLlib's sample(), with their own module)
+        return
+    problems = []
+    if not config.supports_shared_inference:
+        problems.append(f"{name}'s runners act through a module that picks its own actions (e.g. epsilon-greedy)")
+    if config.is_multi_agent:
+        problems.append("multi-agent runners act with one forward per module over changing lanes")
+    if not config.num_env_runners:
+        problems.append("it serves remote env runners (`num_env_runners` >= 1); a local runner acts in the "
+                        "learner's process already")
+    if config.num_learners:
+        problems.append(f"the server runs in the local learner's process (`num_learners: 0`), not in "
+                        f"{config.num_learners} learner actors")
+    if config.num_gpus_per_env_runner:
+        problems.append("the runners' forward moves to the learner's process, so their GPU share "
+                        f"(`num_gpus_per_env_runner`={config.num_gpus_per_env_runner}) would sit idle; set it to 0")
+    if config.cuda_graph_env_runners:
+        problems.append("the runners have no forward of their own to capture; leave `cuda_graph_env_runners` off")
+    if (config.model_config or {}).get("use_lstm"):
+        problems.append("RLlib's LSTM (`model_config.use_lstm`) carries a state per runner the server does not hold")
+    if problems:
+        config._value_error(f"{name}: `shared_inference: true` cannot be used here: " + "; ".join(problems) + ".")
 
 
 def update_config(config: Any, changes: dict) -> Any:

@@ -45,6 +45,7 @@ from rl_speed.algorithms.sampling import ColumnSampler, sync_connector_states, s
 from rl_speed.algorithms.telemetry import PROFILE_KEY, PhaseTimer, lock_metrics_for_parallel_evaluation
 from rl_speed.columns import concat_lanes, split_lanes
 from rl_speed.env_runners.batched import bptt_horizon
+from rl_speed.env_runners.shared_inference import connect_runners, publish_learner_weights, serve_runners
 from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, JOIN_TIME_KEY, FastPPOTorchLearner
 from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, PPO_LOSSES
 from rl_speed.learners.update_loop import UPDATES_TIME_KEY
@@ -63,6 +64,7 @@ class FastPPOConfig(ColumnarConfigMixin, PPOConfig):
     supports_cuda_graph = True  # the loss has no host syncs (rl_speed.learners.ppo_loss, rl_speed.learners.cuda_graph)
     cuda_graph_learners = True  # the batch splits evenly over the learners (checked in validate below)
     supports_cuda_graph_env_runners = True  # the runners sample the module's categorical policy
+    supports_shared_inference = True  # likewise, so the learner's process can draw it for them
     supports_turn_based_envs = True  # GAE follows the `next_row` column (rl_speed.env_runners.multi_agent)
     supports_mixed_spaces = True  # the learner reads the per-module columns (rl_speed.columns.BY_MODULE)
 
@@ -204,6 +206,28 @@ class FastPPO(PPO):
         self._sampler = ColumnSampler(self, by_reference=not self.learner_group.is_local)
         self._timer = PhaseTimer(self, ("sample", "advantages", "learn", "sync_weights"))
         lock_metrics_for_parallel_evaluation(self)
+        # shared_inference: the remote runners' action step served from this process (the local learner's)
+        self._inference = serve_runners(self) if self.config.shared_inference else None
+
+    @override(PPO)
+    def restore_env_runners(self, env_runner_group: Any) -> list[int]:
+        restored = super().restore_env_runners(env_runner_group)
+        if restored and self._inference is not None and env_runner_group is self.env_runner_group:
+            connect_runners(self, self._inference, restored)  # (a restarted runner is a new process)
+        return restored
+
+    @override(PPO)
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        if getattr(self, "_inference", None) is not None:  # the restored weights, as the version the runners got
+            publish_learner_weights(self, self._inference)
+
+    @override(PPO)
+    def cleanup(self) -> None:
+        super().cleanup()  # (the runners first: they close their ends)
+        if getattr(self, "_inference", None) is not None:
+            self._inference.stop()
+            self._inference = None
 
     @override(PPO)
     def training_step(self) -> None:

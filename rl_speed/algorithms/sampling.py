@@ -25,6 +25,7 @@ from ray.rllib.core import (
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rl_speed.columns import Columns, num_steps
+from rl_speed.env_runners.shared_inference import publish_learner_weights
 
 #: ColumnSampler's counters in the result dict, under ``SAMPLER_KEY`` (the seeds' collector monitoring).
 SAMPLER_KEY = "sampler"
@@ -257,6 +258,9 @@ def sync_weights_if_due(algo: Any) -> None:
     if algo.iteration % algo.config.sync_weights_every:
         return
     group = algo.env_runner_group
+    server = getattr(algo, "_inference", None)
+    if server is not None:  # shared_inference: the server holds each version before a runner may act with it
+        publish_learner_weights(algo, server)
     state = algo.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}",
                                          inference_only=True)[COMPONENT_LEARNER]
     state = {key: state[key] for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO) if key in state}

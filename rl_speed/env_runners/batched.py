@@ -58,6 +58,7 @@ from rl_speed.env_runners import stepping
 from rl_speed.env_runners.captured_forward import CapturedForward, check_capturable
 from rl_speed.env_runners.episode_callbacks import EpisodeCallbacks, configured_callbacks
 from rl_speed.env_runners.overlapped import check_overlap_supported, lane_groups, sample_overlapped
+from rl_speed.env_runners.shared_inference import InferenceClient, serving_problem
 from rl_speed.env_runners.stepping import (clip_rewards, module_actions, set_runner_threads, to_env_actions,
                                            write_step)
 
@@ -131,6 +132,11 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             if problem:
                 raise ValueError(f"BatchedEnvRunner: `cuda_graph_env_runners: true` cannot be used here: {problem}.")
             self._captured = CapturedForward(self.module, self._device)
+        # shared_inference: a remote runner's action step is served in the learner's process (FastPPO connects it
+        # once the algorithm is built; rl_speed.env_runners.shared_inference); evaluation acts through sample().
+        self._shared: InferenceClient | None = None
+        self._acts_through_server = bool(getattr(self.config, "shared_inference", False) and self.worker_index > 0
+                                         and not self.config.in_evaluation)
         if self.env is not None and lane_groups(self.env) > 1 and not self.config.in_evaluation:
             # Refused while the algorithm is built, before any training. An evaluation runner samples through
             # RLlib's sample(), which steps every group together and honours all of it (checked only if its
@@ -306,7 +312,42 @@ class BatchedEnvRunner(SingleAgentEnvRunner):
             C.VALID: np.empty((steps, n), bool),
         }
 
+    def connect_shared_inference(self, spec: dict) -> None:
+        """Acts through the inference server ``spec`` describes from now on (``shared_inference``: the algorithm
+        calls it once it is built, and again for a runner it restored). Refused for a runner on another machine than
+        the server or with a module the server cannot act for."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        if spec["node_id"] is not None and node != spec["node_id"]:
+            raise ValueError(f"BatchedEnvRunner {self.worker_index}: `shared_inference: true` serves the runners "
+                             "through shared memory on the learner's machine, and this runner runs on another one; "
+                             "leave it off on a cluster of several machines.")
+        problem = serving_problem(self.module, self.module.observation_space)
+        if problem is None and tuple(self.module.observation_space.shape) != tuple(spec["layout"]["obs_shape"]):
+            problem = (f"the runner's module takes {self.module.observation_space.shape} observations, the "
+                       f"server's {tuple(spec['layout']['obs_shape'])}")
+        if problem:
+            raise ValueError(f"BatchedEnvRunner: `shared_inference: true` cannot be used here: {problem}.")
+        if self._shared is not None:
+            self._shared.close()
+        self._shared = InferenceClient(spec, slot=self.worker_index - 1,
+                                       seed=None if self._seed is None else (self._seed, self.worker_index))
+
+    @override(SingleAgentEnvRunner)
+    def stop(self) -> None:
+        if getattr(self, "_shared", None) is not None:
+            self._shared.close()
+            self._shared = None
+        super().stop()
+
     def _compute_actions(self, obs: Any, explore: bool, t: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self._acts_through_server:
+            if self._shared is None:
+                raise RuntimeError(f"BatchedEnvRunner {self.worker_index}: `shared_inference` is on but this runner "
+                                   "was not connected to the learner's inference server (the algorithm connects its "
+                                   "runners when it is built and when it restores one).")
+            return self._shared(obs, explore, self._weights_seq_no)
         if self._captured is not None:
             if self._captured.module is not self.module:  # (RLlib rebuilt the module: capture its replacement)
                 self._captured = CapturedForward(self.module, self._device)

@@ -42,17 +42,19 @@ from rl_speed import columns as C
 WARMUP_STEPS = 3
 
 
-def check_capturable(module: Any, device: Any, observation_space: gym.Space) -> str | None:
-    """Why this runner's action step cannot be captured, or None. ``observation_space``: one lane's."""
+def categorical_step_problem(module: Any, observation_space: gym.Space, device: Any, done_as: str) -> str | None:
+    """Why ``module``'s action step (on ``device``) cannot be ``done_as`` (captured, served) as one categorical draw
+    from its logits on one observation array, or None."""
     if module.is_stateful():
-        return "the module is stateful (its state would have to be captured along); leave it off for recurrent modules"
+        return "the module is stateful (its state would have to be kept along with each step); leave it off for " \
+               "recurrent modules"
     if not isinstance(observation_space, gym.spaces.Box):
         return f"observations must be one array (a Box), got {observation_space}"
     for explore, dist in ((True, module.get_exploration_action_dist_cls()),
                           (False, module.get_inference_action_dist_cls())):
         if dist is not TorchCategorical:
             return (f"the module's {'exploration' if explore else 'inference'} action distribution is "
-                    f"{getattr(dist, '__name__', dist)}; only RLlib's TorchCategorical (discrete actions) is captured")
+                    f"{getattr(dist, '__name__', dist)}; only RLlib's TorchCategorical (discrete actions) is {done_as}")
     blank = torch.from_numpy(np.zeros((1, *observation_space.shape), observation_space.dtype)).to(device)
     with torch.inference_mode():  # one eager step of each kind on a blank observation (act refuses own actions)
         try:
@@ -60,6 +62,14 @@ def check_capturable(module: Any, device: Any, observation_space: gym.Space) -> 
                 act(module, blank, explore)
         except OwnActionsError as error:
             return str(error)
+    return None
+
+
+def check_capturable(module: Any, device: Any, observation_space: gym.Space) -> str | None:
+    """Why this runner's action step cannot be captured, or None. ``observation_space``: one lane's."""
+    problem = categorical_step_problem(module, observation_space, device, "captured")
+    if problem:
+        return problem
     if torch.device(device).type != "cuda":
         return (f"the runner's module is on {device}, not a GPU; set `num_gpus_per_env_runner` > 0 (a remote "
                 "runner's module then lives on its share of a GPU)")
@@ -70,20 +80,23 @@ class OwnActionsError(ValueError):
     """The module returns its own actions (e.g. epsilon-greedy from Python's timestep), which a replay would freeze."""
 
 
-def act(module: Any, obs: torch.Tensor, explore: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def act(module: Any, obs: torch.Tensor, explore: bool,
+        noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``(actions, logp or None, logits)`` for a batch of observations already on the module's device: the body
-    that is captured. Raises if the module returns its own actions."""
+    that is captured. Exploring, the action is drawn from ``noise`` (``q ~ Exp(1)`` per lane and action) where given,
+    else from a draw of its own. Raises if the module returns its own actions."""
     batch = {RLlibColumns.OBS: obs}
     out = module._forward_exploration(batch, t=0) if explore else module._forward_inference(batch)
     if RLlibColumns.ACTIONS in out:
-        raise OwnActionsError(f"{type(module).__name__} picks its own actions in its forward, which a captured step "
-                              "would freeze; leave `cuda_graph_env_runners` off for it")
+        raise OwnActionsError(f"{type(module).__name__} picks its own actions in its forward, which a captured or "
+                              "served step would freeze; leave `cuda_graph_env_runners` and `shared_inference` off "
+                              "for it")
     logits = out[RLlibColumns.ACTION_DIST_INPUTS].float()
     if not explore:
         return torch.argmax(logits, -1), None, logits
     logp_all = torch.log_softmax(logits, -1)
     # argmax(p / q), q ~ Exp(1), is a draw from p: the exponential race, as torch.multinomial draws one sample
-    race = torch.empty_like(logp_all).exponential_()
+    race = noise if noise is not None else torch.empty_like(logp_all).exponential_()
     actions = torch.argmax(logp_all - race.log(), -1)
     return actions, logp_all.gather(-1, actions[:, None]).squeeze(-1), logits
 

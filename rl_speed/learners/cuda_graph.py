@@ -136,8 +136,12 @@ class StepGraphs:
         recorder = _RecordingMetrics(real_metrics)
         learner.metrics, learner.is_last_minibatch = recorder, True  # capture every statistic the step can log
         graph = torch.cuda.CUDAGraph()
+        # With shared inference a serving thread of this process answers the runners on the GPU meanwhile (its own
+        # stream and graphs, captured before training): CUDA's default "global" mode would refuse its calls during
+        # this capture; "thread_local" checks this thread's calls only.
+        mode = "thread_local" if getattr(learner.config, "shared_inference", False) else "global"
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode=mode):
                 entry.outputs = self._step(entry.inputs)
         finally:
             learner.metrics, learner.is_last_minibatch = real_metrics, last
