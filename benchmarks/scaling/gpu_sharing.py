@@ -7,7 +7,7 @@ beside the runners against 0.235 s alone; two replays a step per runner (lane gr
 0.345 -> 0.43 s; docs/studies/pong-and-atari.md, 2026-12-05). Without CUDA's multi-process service the GPU serves one
 context at a time, so every runner's forward waits its turn among 16 contexts. One inference step shared by the
 runners would leave two contexts (the learner's and the server's) or one (a serving thread in the learner's
-process). Which of the two, and what either gives, is what this bench measures before either is built.
+process, rl_speed's ``shared_inference``). Which of the two, and what either gives, is what this bench measures.
 
 Rows (each a window of ``seconds``; rows alternate over ``repeats`` rounds; medians over the rounds):
 
@@ -19,14 +19,18 @@ Rows (each a window of ``seconds``; rows alternate over ``repeats`` rounds; medi
 - **one inference process**: the runner processes step their emulators with random actions (the runners' CPU load),
   and one more process answers ``runners`` virtual runners, each asking again one emulation step (the previous row's
   median) after its answer; every forward due is replayed on the server's stream, then one wait for all of them.
-- **a thread of the learner's process**: the same serving loop as a thread of the learner's process, on a
-  high-priority CUDA stream: the learner's and every runner's forward in one context (Python's GIL hand-over
-  interval 0.5 ms while it runs, :data:`SWITCH_INTERVAL_S`).
+- **shared inference (a thread of the learner's process)**: the runner processes act through rl_speed's
+  ``shared_inference`` server (:mod:`rl_speed.env_runners.shared_inference`), started in the learner's process for
+  the whole bench: their observations through shared memory to its serving thread, which replays the forward it
+  captured on a high-priority stream of the learner's context; the latency is the runners' whole round trip. (The
+  server sets Python's GIL hand-over interval to 0.5 ms for the learner's process, in every row; the learner's update
+  alone is the same with it, 0.732 s against 0.731 s on a 2-core CPU.)
 
 Per row: the learner's seconds per update, a forward's latency from the moment it is due to its answer on the host
 (median and 90th percentile), a runner's emulation per step, and the rates these allow: the runners'
 (``runners x lanes / (emulation + latency)``) and the learner's (``batch / update``). Not in the figures: the
-transport between a runner and a server (shared memory and a wake-up each way), the driver's work beside the update
+transport of the one inference process's row (its virtual runners ask within the process), the driver's work beside
+the update
 (join, values and GAE, weight push: about 0.1 s an iteration) and Ray. Run: ``rl-speed bench atari-gpu-sharing
 --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` runs every row shrunk, forwards eager on the CPU
 (a check, not a figure).
@@ -37,8 +41,6 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import statistics
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,15 +51,13 @@ from benchmarks.common import check_cuda, interleaved, local_ray, machine
 
 LANES = 16  #: emulators per runner, as the preset's
 GAME = "pong"
-ROWS = ("learner alone", "own contexts (the preset)", "one inference process", "a thread of the learner's process")
-#: What the runner processes do in each row: idle, act through their own forward, or step with random actions.
-RUNNER_MODE = {ROWS[0]: "idle", ROWS[1]: "forward", ROWS[2]: "emulate", ROWS[3]: "emulate"}
-SERVER = {ROWS[2]: "process", ROWS[3]: "thread"}
+ROWS = ("learner alone", "own contexts (the preset)", "one inference process",
+        "shared inference (a thread of the learner's process)")
+#: What the runner processes do in each row: idle, act through their own forward, step with random actions, or act
+#: through the shared inference server.
+RUNNER_MODE = {ROWS[0]: "idle", ROWS[1]: "forward", ROWS[2]: "emulate", ROWS[3]: "served"}
 #: The virtual runners' emulation step (seconds) before any "own contexts" row has measured the real one.
 FIRST_EMULATION_S = 0.010
-#: Python's GIL hand-over interval while the serving thread runs beside the learner's (default 5 ms): a thread that
-#: wakes for a request takes the GIL from Python code of the learner's within this, as a serving thread would set it.
-SWITCH_INTERVAL_S = 0.0005
 
 
 def preset_module(device: str) -> Any:
@@ -88,10 +88,13 @@ def runner_forward(device: str) -> Any:
     return lambda obs, explore: module_actions(module, obs, explore, 0)[:2]
 
 
-def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int) -> None:
+def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int, served: dict) -> None:
     """One runner (no RLlib): ``lanes`` emulators of Pong and its own forward, built before the first window; for each
-    window the parent asks for, it steps its emulators acting through that forward (``forward``), randomly
-    (``emulate``) or not at all (``idle``), and sends back each step's emulation and forward seconds."""
+    window the parent asks for, it steps its emulators acting through that forward (``forward``), through the shared
+    inference server ``served`` describes (``served``, as slot ``index``), randomly (``emulate``) or not at all
+    (``idle``), and sends back each step's emulation and forward seconds."""
+    from rl_speed.env_runners.shared_inference import InferenceClient
+
     import torch
 
     from rl_speed_envs.atari import AtariVectorEnv
@@ -104,6 +107,7 @@ def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int) ->
     forward = runner_forward(device)  # (built once: the preset's runners hold their context in every row, idle or not)
     for _ in range(3):  # the capture and cuDNN's choices, before any window
         forward(obs, True)
+    client = InferenceClient(served, slot=index, seed=seed + index)
     conn.send("ready")
     while (message := conn.recv()) is not None:
         mode, seconds = message
@@ -112,9 +116,9 @@ def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int) ->
         if mode == "idle":
             time.sleep(seconds)
         while mode != "idle" and time.perf_counter() < end:
-            if mode == "forward":
+            if mode in ("forward", "served"):
                 start = time.perf_counter()
-                actions, _ = forward(obs, True)
+                actions, _ = forward(obs, True) if mode == "forward" else client(obs, True, 0)
                 latency.append(time.perf_counter() - start)
             else:
                 actions = rng.integers(0, actions_n, lanes)
@@ -122,16 +126,16 @@ def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int) ->
             obs, *_ = env.step(actions)
             emulation.append(time.perf_counter() - start)
         conn.send({"emulation": emulation, "latency": latency})
+    client.close()
     env.close()
 
 
 class ServingLoop:
-    """One process's forward for ``runners`` virtual runners of ``lanes`` lanes each: every forward that is due is
-    copied in, replayed and copied out on one stream, then all of them are waited for once (a GPU); each virtual runner
-    asks again ``emulation_s`` after its answer. ``priority``: the CUDA stream's (-1: high, as a serving thread beside
-    the learner would use)."""
+    """The one inference process's forward for ``runners`` virtual runners of ``lanes`` lanes each: every forward that
+    is due is copied in, replayed and copied out on one stream, then all of them are waited for once (a GPU); each
+    virtual runner asks again ``emulation_s`` after its answer."""
 
-    def __init__(self, device: str, runners: int, lanes: int = LANES, priority: int = 0, seed: int = 0) -> None:
+    def __init__(self, device: str, runners: int, lanes: int = LANES, seed: int = 0) -> None:
         import torch
 
         self.device, self.runners = device, runners
@@ -139,7 +143,7 @@ class ServingLoop:
         self.obs = rng.integers(0, 256, (runners, lanes, 84, 84, 4), dtype=np.uint8)  # one frame stack per lane
         self.module = preset_module(device)
         if device == "cuda":
-            self.stream = torch.cuda.Stream(device, priority=priority)
+            self.stream = torch.cuda.Stream(device)
             self._capture(lanes)
         else:
             from rl_speed.env_runners.stepping import module_actions
@@ -284,11 +288,6 @@ class Rounds:
     emulation_s: list[float] = field(default_factory=list)  # every runner step's
 
 
-def serve_into(loop: ServingLoop, out: dict, seconds: float, emulation_s: float) -> None:
-    """A serving thread's body: the window's latencies into ``out["latency"]``."""
-    out["latency"] = loop.run(seconds, emulation_s)
-
-
 def learner_updates(algo: Any, data: list[dict], seconds: float, device: str) -> list[float]:
     """Updates back to back for ``seconds`` (each on a fresh copy of ``data``, copied outside its time)."""
     import torch
@@ -310,71 +309,65 @@ def learner_updates(algo: Any, data: list[dict], seconds: float, device: str) ->
 
 def measure(device: str = "cpu", repeats: int = 3, seconds: float = 10.0, runners: int = 15,
             batch: int | None = None, epochs: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """Every row ``repeats`` times, rows alternating; the learner in this process (built as
-    ``rl-speed bench atari-learner`` builds it; ``batch`` and ``epochs`` shrink it), the runners and the server in
-    processes of their own."""
+    """Every row ``repeats`` times, rows alternating; the learner and the shared inference server in this process
+    (the learner built as ``rl-speed bench atari-learner`` builds it; ``batch`` and ``epochs`` shrink it), the runners
+    and the one inference process in processes of their own."""
     from benchmarks.throughput.atari_learner import WARMUP, build, env_steps, sample_batch, update
+    from rl_speed.env_runners.shared_inference import InferenceServer, Layout
 
     context = multiprocessing.get_context("spawn")  # CUDA in the children; fork would share this process's
     pipes, processes = [], []
-    server = None
+    inference_process = None
     rounds = {row: Rounds() for row in ROWS}
     algo = None
+    module = preset_module(device)
+    shared = InferenceServer(module, device, Layout(LANES, (84, 84, 4), np.dtype(np.uint8).str, 6), runners)
     try:
+        shared.publish(0, module.state_dict())
         for index in range(runners):
             parent, child = context.Pipe()
-            process = context.Process(target=runner_process, args=(child, index, LANES, device, seed), daemon=True)
+            process = context.Process(target=runner_process, args=(child, index, LANES, device, seed, shared.spec()),
+                                      daemon=True)
             process.start()
             pipes.append(parent)
             processes.append(process)
-        server, child = context.Pipe()
+        inference_process, child = context.Pipe()
         process = context.Process(target=server_process, args=(child, device, runners, LANES), daemon=True)
         process.start()
         processes.append(process)
-        thread_loop = ServingLoop(device, runners, LANES, priority=-1)
         algo = build(device, {}, batch, epochs)
         data = sample_batch(algo)
         for _ in range(WARMUP):  # the capture of the learner's step and cuDNN's choices, before every window
             update(algo, copy.deepcopy(data))
-        for pipe in [*pipes, server]:
+        for pipe in [*pipes, inference_process]:
             if pipe.recv() != "ready":
                 raise RuntimeError("atari-gpu-sharing: a child process did not start")
         emulation_s = FIRST_EMULATION_S
-        switch_interval = sys.getswitchinterval()
         for row in interleaved(list(ROWS), repeats):
             for pipe in pipes:
                 pipe.send((RUNNER_MODE[row], seconds))
-            served: dict[str, list[float]] = {}
-            if SERVER.get(row) == "process":
-                server.send((seconds, emulation_s))
-            elif SERVER.get(row) == "thread":
-                serving = threading.Thread(target=serve_into, args=(thread_loop, served, seconds, emulation_s),
-                                           daemon=True)
-                sys.setswitchinterval(SWITCH_INTERVAL_S)
-                serving.start()
+            if row == ROWS[2]:
+                inference_process.send((seconds, emulation_s))
             rounds[row].update_s += learner_updates(algo, data, seconds, device)
-            if SERVER.get(row) == "process":
-                rounds[row].latency_s += server.recv()["latency"]
-            elif SERVER.get(row) == "thread":
-                serving.join()
-                sys.setswitchinterval(switch_interval)
-                rounds[row].latency_s += served["latency"]
+            if row == ROWS[2]:
+                rounds[row].latency_s += inference_process.recv()["latency"]
             for pipe in pipes:
                 out = pipe.recv()
                 rounds[row].emulation_s += out["emulation"]
                 rounds[row].latency_s += out["latency"]
-            if RUNNER_MODE[row] == "forward":  # the servers' virtual runners emulate as long as the real ones did
+            if RUNNER_MODE[row] == "forward":  # the process's virtual runners emulate as long as the real ones did
                 emulation_s = statistics.median(rounds[row].emulation_s)
         return {"rounds": rounds, "batch": env_steps(data), "runners": runners}
     finally:
         for pipe in pipes:
             pipe.send(None)
-        if server is not None:
-            server.send(None)
+        if inference_process is not None:
+            inference_process.send(None)
         for process in processes:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
+        shared.stop()
         if algo is not None:
             algo.stop()
 
