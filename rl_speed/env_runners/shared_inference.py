@@ -49,8 +49,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ray.rllib.core.columns import Columns as RLlibColumns
-
 from rl_speed import columns as C
 from rl_speed.env_runners.captured_forward import WARMUP_STEPS, act, categorical_step_problem
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 import rl_speed
 from benchmarks.race.forward_free import ForwardFreeEnvRunner
