@@ -16,22 +16,20 @@ Rows (each a window of ``seconds``; rows alternate over ``repeats`` rounds; medi
 - **own contexts (the preset)**: ``runners`` processes, each stepping 16 real ale-py emulators of Pong and acting
   through the preset's Nature CNN replayed as one captured CUDA graph in its own context
   (:class:`rl_speed.env_runners.captured_forward.CapturedForward`), the learner updating beside them.
-- **one inference process**: the runner processes step their emulators with random actions (the runners' CPU load),
-  and one more process answers ``runners`` virtual runners, each asking again one emulation step (the previous row's
-  median) after its answer; every forward due is replayed on the server's stream, then one wait for all of them.
+- **one inference process**: the runner processes act through rl_speed's ``shared_inference`` server
+  (:class:`rl_speed.env_runners.shared_inference.InferenceServer`) run in one more process of its own, with its own
+  copy of the module and its own CUDA context: two contexts on the GPU, the learner's and the server's.
 - **shared inference (a thread of the learner's process)**: the runner processes act through rl_speed's
   ``shared_inference`` server (:mod:`rl_speed.env_runners.shared_inference`), started in the learner's process for
   the whole bench: their observations through shared memory to its serving thread, which replays the forward it
-  captured on a high-priority stream of the learner's context; the latency is the runners' whole round trip. (The
-  server sets Python's GIL hand-over interval to 0.5 ms for the learner's process, in every row; the learner's update
-  alone is the same with it, 0.732 s against 0.731 s on a 2-core CPU.)
+  captured on a high-priority stream of the learner's context: one context. In both served rows the latency is the
+  runners' whole round trip. (The server sets Python's GIL hand-over interval to 0.5 ms for the learner's process, in
+  every row; the learner's update alone is the same with it, 0.732 s against 0.731 s on a 2-core CPU.)
 
 Per row: the learner's seconds per update, a forward's latency from the moment it is due to its answer on the host
 (median and 90th percentile), a runner's emulation per step, and the rates these allow: the runners'
 (``runners x lanes / (emulation + latency)``) and the learner's (``batch / update``). Not in the figures: the
-transport of the one inference process's row (its virtual runners ask within the process), the driver's work beside
-the update
-(join, values and GAE, weight push: about 0.1 s an iteration) and Ray. Run: ``rl-speed bench atari-gpu-sharing
+driver's work beside the update (join, values and GAE, weight push: about 0.1 s an iteration) and Ray. Run: ``rl-speed bench atari-gpu-sharing
 --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` runs every row shrunk, forwards eager on the CPU
 (a check, not a figure).
 """
@@ -53,11 +51,9 @@ LANES = 16  #: emulators per runner, as the preset's
 GAME = "pong"
 ROWS = ("learner alone", "own contexts (the preset)", "one inference process",
         "shared inference (a thread of the learner's process)")
-#: What the runner processes do in each row: idle, act through their own forward, step with random actions, or act
-#: through the shared inference server.
-RUNNER_MODE = {ROWS[0]: "idle", ROWS[1]: "forward", ROWS[2]: "emulate", ROWS[3]: "served"}
-#: The virtual runners' emulation step (seconds) before any "own contexts" row has measured the real one.
-FIRST_EMULATION_S = 0.010
+#: What the runner processes do in each row: idle, act through their own forward, through the inference process, or
+#: through the shared inference server in the learner's process.
+RUNNER_MODE = {ROWS[0]: "idle", ROWS[1]: "forward", ROWS[2]: "process", ROWS[3]: "shared"}
 
 
 def preset_module(device: str) -> Any:
@@ -88,11 +84,11 @@ def runner_forward(device: str) -> Any:
     return lambda obs, explore: module_actions(module, obs, explore, 0)[:2]
 
 
-def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int, served: dict) -> None:
+def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int, servers: dict[str, dict]) -> None:
     """One runner (no RLlib): ``lanes`` emulators of Pong and its own forward, built before the first window; for each
-    window the parent asks for, it steps its emulators acting through that forward (``forward``), through the shared
-    inference server ``served`` describes (``served``, as slot ``index``), randomly (``emulate``) or not at all
-    (``idle``), and sends back each step's emulation and forward seconds."""
+    window the parent asks for, it steps its emulators acting through that forward (``forward``), through one of the
+    inference servers ``servers`` describes by mode (``process``, ``shared``; as slot ``index``) or not at all
+    (``idle``), and sends back each step's emulation and forward seconds (a served forward: the whole round trip)."""
     from rl_speed.env_runners.shared_inference import InferenceClient
 
     import torch
@@ -102,12 +98,10 @@ def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int, se
     torch.set_num_threads(1)
     env = AtariVectorEnv(lanes, game=GAME)
     obs, _ = env.reset(seed=seed + index * lanes)
-    rng = np.random.default_rng(seed + index)
-    actions_n = int(env.single_action_space.n)
     forward = runner_forward(device)  # (built once: the preset's runners hold their context in every row, idle or not)
     for _ in range(3):  # the capture and cuDNN's choices, before any window
         forward(obs, True)
-    client = InferenceClient(served, slot=index, seed=seed + index)
+    clients = {mode: InferenceClient(spec, slot=index, seed=seed + index) for mode, spec in servers.items()}
     conn.send("ready")
     while (message := conn.recv()) is not None:
         mode, seconds = message
@@ -116,103 +110,42 @@ def runner_process(conn: Any, index: int, lanes: int, device: str, seed: int, se
         if mode == "idle":
             time.sleep(seconds)
         while mode != "idle" and time.perf_counter() < end:
-            if mode in ("forward", "served"):
-                start = time.perf_counter()
-                actions, _ = forward(obs, True) if mode == "forward" else client(obs, True, 0)
-                latency.append(time.perf_counter() - start)
-            else:
-                actions = rng.integers(0, actions_n, lanes)
+            start = time.perf_counter()
+            actions, _ = forward(obs, True) if mode == "forward" else clients[mode](obs, True, 0)
+            latency.append(time.perf_counter() - start)
             start = time.perf_counter()
             obs, *_ = env.step(actions)
             emulation.append(time.perf_counter() - start)
         conn.send({"emulation": emulation, "latency": latency})
-    client.close()
+    for client in clients.values():
+        client.close()
     env.close()
 
 
-class ServingLoop:
-    """The one inference process's forward for ``runners`` virtual runners of ``lanes`` lanes each: every forward that
-    is due is copied in, replayed and copied out on one stream, then all of them are waited for once (a GPU); each
-    virtual runner asks again ``emulation_s`` after its answer."""
-
-    def __init__(self, device: str, runners: int, lanes: int = LANES, seed: int = 0) -> None:
-        import torch
-
-        self.device, self.runners = device, runners
-        rng = np.random.default_rng(seed)
-        self.obs = rng.integers(0, 256, (runners, lanes, 84, 84, 4), dtype=np.uint8)  # one frame stack per lane
-        self.module = preset_module(device)
-        if device == "cuda":
-            self.stream = torch.cuda.Stream(device)
-            self._capture(lanes)
-        else:
-            from rl_speed.env_runners.stepping import module_actions
-
-            self._eager = lambda obs: module_actions(self.module, obs, True, 0)[0]
-
-    def _capture(self, lanes: int) -> None:
-        import torch
-
-        from rl_speed.env_runners.captured_forward import WARMUP_STEPS, act
-
-        with torch.inference_mode(), torch.cuda.stream(self.stream):
-            self.host_in = torch.from_numpy(self.obs).pin_memory()  # [runners, lanes, ...]: each runner's request
-            self.device_in = self.host_in[0].to(self.device)
-            for _ in range(WARMUP_STEPS):
-                act(self.module, self.device_in, True)
-            self.stream.synchronize()
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.device_out = act(self.module, self.device_in, True)[0]
-            self.host_out = torch.empty((self.runners, *self.device_out.shape), dtype=self.device_out.dtype,
-                                        pin_memory=True)
-            self.done = torch.cuda.Event(blocking=True)
-
-    def serve(self, due: np.ndarray) -> None:
-        """Answers the virtual runners ``due`` (indices); returns once every answer is on the host."""
-        if self.device != "cuda":
-            for i in due:
-                self._eager(self.obs[i])
-            return
-        import torch
-
-        with torch.inference_mode(), torch.cuda.stream(self.stream):
-            for i in due:
-                self.device_in.copy_(self.host_in[i], non_blocking=True)
-                self.graph.replay()
-                self.host_out[i].copy_(self.device_out, non_blocking=True)
-            self.done.record(self.stream)
-            self.done.synchronize()
-
-    def run(self, seconds: float, emulation_s: float) -> list[float]:
-        """Serves for ``seconds``: each answer's latency from the moment it was due (seconds)."""
-        for _ in range(3):  # warm: the first replays after a pause are slower
-            self.serve(np.arange(self.runners))
-        latency: list[float] = []
-        start = time.perf_counter()
-        due = start + emulation_s * np.arange(self.runners) / self.runners  # the runners' steps spread out
-        end = start + seconds
-        while (now := time.perf_counter()) < end:
-            ready = np.flatnonzero(due <= now)
-            if ready.size == 0:
-                time.sleep(max(0.0, float(due.min()) - now))
-                continue
-            self.serve(ready)
-            answered = time.perf_counter()
-            latency.extend((answered - due[ready]).tolist())
-            due[ready] = answered + emulation_s
-        return latency
-
-
-def server_process(conn: Any, device: str, runners: int, lanes: int) -> None:
-    """The serving loop in a process of its own: one window per ``(seconds, emulation_s)`` the parent sends."""
+def server_process(conn: Any, device: str, runners: int) -> None:
+    """The one inference process: rl_speed's ``shared_inference`` server (:class:`InferenceServer`) with its own copy
+    of the preset's module, in a process of its own (its own CUDA context); sends its spec, serves until told to
+    stop."""
     import torch
 
+    from rl_speed.env_runners.shared_inference import InferenceServer
+
     torch.set_num_threads(1)
-    loop = ServingLoop(device, runners, lanes)
-    conn.send("ready")
-    while (message := conn.recv()) is not None:
-        conn.send({"latency": loop.run(*message)})
+    module = preset_module(device)
+    server = InferenceServer(module, device, layout(), runners)
+    try:
+        server.publish(0, module.state_dict())
+        conn.send(server.spec())
+        conn.recv()
+    finally:
+        server.stop()
+
+
+def layout() -> Any:
+    """A runner's slot: its lanes' Pong frame stacks and the game's 6 actions."""
+    from rl_speed.env_runners.shared_inference import Layout
+
+    return Layout(LANES, (84, 84, 4), np.dtype(np.uint8).str, 6)
 
 
 STOP = b"\xff\xff"  #: the transport probe's last request
@@ -313,7 +246,7 @@ def measure(device: str = "cpu", repeats: int = 3, seconds: float = 10.0, runner
     (the learner built as ``rl-speed bench atari-learner`` builds it; ``batch`` and ``epochs`` shrink it), the runners
     and the one inference process in processes of their own."""
     from benchmarks.throughput.atari_learner import WARMUP, build, env_steps, sample_batch, update
-    from rl_speed.env_runners.shared_inference import InferenceServer, Layout
+    from rl_speed.env_runners.shared_inference import InferenceServer
 
     context = multiprocessing.get_context("spawn")  # CUDA in the children; fork would share this process's
     pipes, processes = [], []
@@ -321,42 +254,38 @@ def measure(device: str = "cpu", repeats: int = 3, seconds: float = 10.0, runner
     rounds = {row: Rounds() for row in ROWS}
     algo = None
     module = preset_module(device)
-    shared = InferenceServer(module, device, Layout(LANES, (84, 84, 4), np.dtype(np.uint8).str, 6), runners)
+    shared = InferenceServer(module, device, layout(), runners)
     try:
         shared.publish(0, module.state_dict())
+        inference_process, child = context.Pipe()
+        process = context.Process(target=server_process, args=(child, device, runners), daemon=True)
+        process.start()
+        child.close()  # (so that a child that dies is an EOFError here, not a wait)
+        processes.append(process)
+        servers = {"process": inference_process.recv(), "shared": shared.spec()}
         for index in range(runners):
             parent, child = context.Pipe()
-            process = context.Process(target=runner_process, args=(child, index, LANES, device, seed, shared.spec()),
+            process = context.Process(target=runner_process, args=(child, index, LANES, device, seed, servers),
                                       daemon=True)
             process.start()
+            child.close()
             pipes.append(parent)
             processes.append(process)
-        inference_process, child = context.Pipe()
-        process = context.Process(target=server_process, args=(child, device, runners, LANES), daemon=True)
-        process.start()
-        processes.append(process)
         algo = build(device, {}, batch, epochs)
         data = sample_batch(algo)
         for _ in range(WARMUP):  # the capture of the learner's step and cuDNN's choices, before every window
             update(algo, copy.deepcopy(data))
-        for pipe in [*pipes, inference_process]:
+        for pipe in pipes:
             if pipe.recv() != "ready":
-                raise RuntimeError("atari-gpu-sharing: a child process did not start")
-        emulation_s = FIRST_EMULATION_S
+                raise RuntimeError("atari-gpu-sharing: a runner process did not start")
         for row in interleaved(list(ROWS), repeats):
             for pipe in pipes:
                 pipe.send((RUNNER_MODE[row], seconds))
-            if row == ROWS[2]:
-                inference_process.send((seconds, emulation_s))
             rounds[row].update_s += learner_updates(algo, data, seconds, device)
-            if row == ROWS[2]:
-                rounds[row].latency_s += inference_process.recv()["latency"]
             for pipe in pipes:
                 out = pipe.recv()
                 rounds[row].emulation_s += out["emulation"]
                 rounds[row].latency_s += out["latency"]
-            if RUNNER_MODE[row] == "forward":  # the process's virtual runners emulate as long as the real ones did
-                emulation_s = statistics.median(rounds[row].emulation_s)
         return {"rounds": rounds, "batch": env_steps(data), "runners": runners}
     finally:
         for pipe in pipes:

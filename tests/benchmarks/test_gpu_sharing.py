@@ -15,6 +15,7 @@ pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip ins
 
 
 def test_every_row_times_what_its_placement_runs(ray_session):
+    folders = set(Path(tempfile.gettempdir()).glob("rl_speed_inference_*"))
     out = gpu_sharing.measure("cpu", repeats=1, seconds=0.5, runners=1, batch=32, epochs=1)
     rounds = out["rounds"]
     assert out["batch"] == 32 and out["runners"] == 1
@@ -22,18 +23,11 @@ def test_every_row_times_what_its_placement_runs(ray_session):
         assert rounds[row].update_s, f"{row}: the learner updated beside it"
     alone, own, process, shared = (rounds[row] for row in gpu_sharing.ROWS)
     assert not alone.latency_s and not alone.emulation_s  # the runners idle
-    for acting in (own, shared):  # a forward (their own, or the shared server's round trip) before each step
+    for acting in (own, process, shared):  # a forward (their own, or a server's round trip) before each step
         assert acting.emulation_s and len(acting.latency_s) == len(acting.emulation_s)
-    assert process.emulation_s and process.latency_s  # the runners only emulate; the forwards are the process's
     assert min(process.latency_s + shared.latency_s) > 0.0
-
-
-def test_a_virtual_runner_asks_again_one_emulation_step_after_its_answer():
-    loop = gpu_sharing.ServingLoop("cpu", runners=2, lanes=2)
-    latency = loop.run(seconds=0.5, emulation_s=0.1)
-    # each of the 2 runners at most once per 0.1 s of the window (plus its first, due within the first step)
-    assert 2 <= len(latency) <= 2 * (0.5 / 0.1 + 1)
-    assert min(latency) >= 0.0
+    # both servers (this process's and the inference process's) removed their pipes' folders
+    assert set(Path(tempfile.gettempdir()).glob("rl_speed_inference_*")) == folders
 
 
 def test_a_rows_rates_follow_from_its_medians():
