@@ -30,39 +30,47 @@ def test_preload_modules_are_the_algorithms_and_their_runners():
     assert preload_modules([(script_algo, FastPPOConfig())]) == ["rl_speed.env_runners.batched"]
 
 
-# In a fresh process with its own Ray (this session's Ray is another): an actor's first look at sys.modules.
+# In a fresh process with its own Ray (this session's Ray is another), started while another thread imports the
+# preloaded module or fails to: what the driver imported, whether Ray is up, and an actor's first look at sys.modules
+# (the preloaded module, and a module of rl_speed's that nothing preloads); or the import's error with Ray shut down.
 PROBE = """
 import json, sys, tempfile
 import ray
 from rl_speed.ray_start import init_local_ray
 
-preload = json.loads(sys.argv[1])
-init_local_ray(preload, num_cpus=1, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="ray_start_"))
-
 @ray.remote(num_cpus=1)
 class Probe:
     def __init__(self):
-        self.seen = "rl_speed.algorithms.fast_ppo" in sys.modules
+        self.seen = {name: name in sys.modules for name in ("rl_speed.algorithms.fast_ppo", "rl_speed.cli.main")}
 
     def seen_at_init(self):
         return self.seen
 
+kwargs = dict(num_cpus=1, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="ray_start_"))
+assert "rl_speed.algorithms.fast_ppo" not in sys.modules
 try:
-    print(json.dumps(ray.get(Probe.remote().seen_at_init.remote(), timeout=120)))
+    init_local_ray(["rl_speed.algorithms.fast_ppo"], import_beside=json.loads(sys.argv[1]), **kwargs)
+    print(json.dumps({"imported": "rl_speed.algorithms.fast_ppo" in sys.modules, "ray_up": ray.is_initialized(),
+                      "cpus": ray.cluster_resources()["CPU"],
+                      "actor_saw": ray.get(Probe.remote().seen_at_init.remote(), timeout=120)}))
+except ImportError as error:
+    print(json.dumps({"error": error.name, "ray_up": ray.is_initialized()}))
 finally:
     ray.shutdown()
 """
 
 
-def test_a_local_rays_workers_import_the_modules_before_an_actor_runs(cli_env):
-    def seen(preload: list[str]) -> bool:
-        proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(preload)], capture_output=True, text=True,
+def test_a_local_ray_starts_while_this_process_imports_its_workers_preload_and_an_import_error_stops_it(cli_env):
+    def probe(modules: list[str]) -> dict:
+        proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(modules)], capture_output=True, text=True,
                               timeout=300, env=cli_env, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    assert seen(["rl_speed.algorithms.fast_ppo"]) is True
-    assert seen([]) is False  # the probe's own module imports nothing of rl_speed's
+    assert probe(["rl_speed.algorithms.fast_ppo"]) == {
+        "imported": True, "ray_up": True, "cpus": 1.0,
+        "actor_saw": {"rl_speed.algorithms.fast_ppo": True, "rl_speed.cli.main": False}}
+    assert probe(["rl_speed.no_such_module"]) == {"error": "rl_speed.no_such_module", "ray_up": False}
 
 
 def test_rl_speed_train_preloads_its_experiments_modules_unless_told_not_to(tmp_path, monkeypatch):
@@ -80,37 +88,6 @@ def test_rl_speed_train_preloads_its_experiments_modules_unless_told_not_to(tmp_
     assert main(["train", str(path)]) == 0
     assert main(["train", str(path), "--no-preload"]) == 0
     assert asked == [["rl_speed.algorithms.fast_ppo", "rl_speed.env_runners.batched"], []]
-
-
-# In a fresh process: Ray started while another thread imports; whether the import happened, Ray is up, and whether
-# an import's error comes back with Ray shut down.
-BESIDE_PROBE = """
-import json, sys, tempfile
-import ray
-from rl_speed.ray_start import init_local_ray
-
-kwargs = dict(num_cpus=1, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="ray_start_"))
-assert "rl_speed.algorithms.fast_ppo" not in sys.modules
-try:
-    init_local_ray(["rl_speed.algorithms.fast_ppo"], import_beside=json.loads(sys.argv[1]), **kwargs)
-    print(json.dumps({"imported": "rl_speed.algorithms.fast_ppo" in sys.modules, "ray_up": ray.is_initialized(),
-                      "cpus": ray.cluster_resources()["CPU"]}))
-except ImportError as error:
-    print(json.dumps({"error": error.name, "ray_up": ray.is_initialized()}))
-finally:
-    ray.shutdown()
-"""
-
-
-def test_a_local_ray_starts_while_this_process_imports_and_stops_on_an_import_error(cli_env):
-    def probe(modules: list[str]) -> dict:
-        proc = subprocess.run([sys.executable, "-c", BESIDE_PROBE, json.dumps(modules)], capture_output=True,
-                              text=True, timeout=300, env=cli_env, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-
-    assert probe(["rl_speed.algorithms.fast_ppo"]) == {"imported": True, "ray_up": True, "cpus": 1.0}
-    assert probe(["rl_speed.no_such_module"]) == {"error": "rl_speed.no_such_module", "ray_up": False}
 
 
 def test_tune_makes_a_trial_actor_class_without_a_runtime_env_that_would_change_nothing(monkeypatch):
