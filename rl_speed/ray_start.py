@@ -26,6 +26,13 @@ brought the Pong preset's first iteration 1.6 s and 2.7 s earlier (two boxes, me
 results/atari-startup/2026-12-02-h200-bytecode.md, 2026-12-03-h200-prefetch.md); with it, 3.4 s earlier than the
 preload alone (22.8 s against 26.2 s, medians of 3; results/atari-startup/2026-12-05-h200.md). On a 2-core CPU
 neither gains (results/atari-startup/2026-12-05-cpu.md): both cores are busy through the start.
+
+The algorithm's own build waits for its env runners to start, then builds the learner, whose first torch optimizer
+imports ``torch._dynamo`` (torch wraps ``Optimizer.__init__`` to keep it out of compiled graphs and imports the
+compiler on its first call): 1.6 s on a 2-core EPYC, after every runner is up. FastPPO and FastDQN import
+:data:`LEARNER_IMPORTS` in another thread while their runners start (:func:`import_learner_modules_beside_runners`)
+when the learner is local and on a GPU, where the build after the last runner took 2.4 s (the Pong preset on an H200
+box, results/atari-startup/2026-12-05-h200.md).
 """
 
 from __future__ import annotations
@@ -94,6 +101,26 @@ class _Importer(threading.Thread):
                 importlib.import_module(module)
         except BaseException as error:  # raised by init_local_ray in the caller's thread
             self.error = error
+
+
+#: What a local torch learner's build imports that nothing before it has: the compiler torch's optimizers import at
+#: their first construction. (A benchmark empties it to time the build without the overlap.)
+LEARNER_IMPORTS: tuple[str, ...] = ("torch._dynamo",)
+
+
+def import_learner_modules_beside_runners(config: Any) -> threading.Thread | None:
+    """Starts importing :data:`LEARNER_IMPORTS` in another thread, to be called before the algorithm's build starts
+    its env runners, which it waits for before it builds the learner; the thread, or None where nothing is to be
+    gained: a learner in another process (``num_learners`` > 0), a learner on the CPU (seeded, a CPU-only torch's
+    ``use_deterministic_algorithms`` imports the compiler itself right away in this thread, and two threads importing
+    one package at once could meet half-imported modules), or nothing left to import. A failed import is left to the
+    learner's build, which imports the module again and raises its error there."""
+    import sys
+
+    modules = [m for m in LEARNER_IMPORTS if m not in sys.modules]
+    if not modules or config.num_learners > 0 or not config.num_gpus_per_learner:
+        return None
+    return _Importer(modules)
 
 
 def set_tune_trial_env_vars() -> dict[str, str]:

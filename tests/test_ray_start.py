@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
 
 from rl_speed.algorithms.fast_dqn import FastDQN, FastDQNConfig
@@ -218,3 +219,54 @@ def test_rl_speed_train_gives_tune_the_environment_of_the_local_rays_workers(tmp
     monkeypatch.setattr(train_module, "run_experiments", lambda *a, **k: given.append(k["worker_environ"]) or 0)
     assert main(["train", str(path)]) == 0
     assert given == [{"PL_DISABLE_FORK": "1"}]
+
+
+# In a fresh process (nothing has imported the compiler yet): which configs start the learner's imports beside the
+# runners' start, and that the thread imports them.
+LEARNER_IMPORTS_PROBE = """
+import json, sys
+from rl_speed.algorithms.fast_ppo import FastPPOConfig
+from rl_speed.ray_start import import_learner_modules_beside_runners as beside
+
+assert "torch._dynamo" not in sys.modules
+out = {"cpu_learner": beside(FastPPOConfig()), "remote_learners": beside(FastPPOConfig().learners(num_learners=2,
+       num_gpus_per_learner=1))}
+thread = beside(FastPPOConfig().learners(num_learners=0, num_gpus_per_learner=1))
+thread.join()
+out["imported"] = "torch._dynamo" in sys.modules and thread.error is None
+out["again"] = beside(FastPPOConfig().learners(num_gpus_per_learner=1))
+print(json.dumps(out))
+"""
+
+
+def test_a_local_gpu_learners_imports_start_beside_the_runners_and_nothing_else_does():
+    proc = subprocess.run([sys.executable, "-c", LEARNER_IMPORTS_PROBE], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "cpu_learner": None, "remote_learners": None, "imported": True, "again": None}
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("algo", ["FastPPO", "FastDQN"])
+def test_the_learners_imports_start_before_the_algorithm_starts_its_runners(algo, monkeypatch):
+    from ray.rllib.algorithms.dqn import DQN
+
+    from rl_speed.algorithms import fast_dqn, fast_ppo
+
+    module, config, parent = {"FastPPO": (fast_ppo, FastPPOConfig, PPO),
+                              "FastDQN": (fast_dqn, FastDQNConfig, DQN)}[algo]
+    calls = []
+    monkeypatch.setattr(module, "import_learner_modules_beside_runners", lambda config: calls.append("imports"))
+
+    def runners_and_learner(self, config):  # RLlib's setup: the runners, their wait, then the learner
+        calls.append("runners and learner")
+        raise _Stop
+
+    monkeypatch.setattr(parent, "setup", runners_and_learner)
+    with pytest.raises(_Stop):
+        config().environment("CartPole-v1").build_algo()
+    assert calls == ["imports", "runners and learner"]

@@ -37,6 +37,9 @@ class Variant:
     changes: dict = field(default_factory=dict)
     ray_beside_imports: bool = False
     preload: bool = False  # Ray's prestarted workers import the runner's modules before an actor is placed on them
+    #: the learner's imports (:data:`rl_speed.ray_start.LEARNER_IMPORTS`) in another thread while the runners start,
+    #: as FastPPO does for a local learner on a GPU; off: imported by the learner's build, after the last runner
+    learner_imports_beside: bool = False
 
 
 #: The preset, then one cut of its start after another: Ray's prestarted workers importing the runners' modules
@@ -47,7 +50,10 @@ class Variant:
 #: driver's CUDA context created beside Ray's start, no gain (those variants are in git's history before 2026-12-05).
 CPU_VARIANTS = {"preset": Variant(), "the runners' modules preloaded": Variant(preload=True),
                 "and Ray started beside the imports": Variant(ray_beside_imports=True, preload=True)}
-CUDA_VARIANTS = CPU_VARIANTS
+#: On a GPU also FastPPO's learner imports beside its runners' start (since 2026-12-05; the rows above without it).
+#: On the CPU it changes nothing: FastPPO starts them only for a learner on a GPU.
+CUDA_VARIANTS = {**CPU_VARIANTS, "and the learner's imports beside the runners' start": Variant(
+    ray_beside_imports=True, preload=True, learner_imports_beside=True)}
 #: What a runner imports (its class's module, the env's), for Ray's prestarted workers to import in advance.
 RUNNER_MODULES = ("benchmarks.scaling.timed_runner", "rl_speed_envs.atari")
 #: A runner's moments, in the order they happen.
@@ -65,6 +71,10 @@ def one_start(variant: Variant, device: str) -> dict:
     and each runner's, as seconds since this process started."""
     start = process_start()
     driver: dict[str, float] = {}
+    if not variant.learner_imports_beside:
+        import rl_speed.ray_start
+
+        rl_speed.ray_start.LEARNER_IMPORTS = ()  # the learner's build imports them, after the last runner
 
     def imports() -> None:
         heavy_imports()

@@ -59,6 +59,7 @@ from rl_speed.buffers.replay import IMPORTANCE_WEIGHTS
 from rl_speed.columns import num_steps
 from rl_speed.learners.dqn import FastDQNTorchLearner
 from rl_speed.modules.q_net import QNetModule
+from rl_speed.ray_start import import_learner_modules_beside_runners
 
 PRIORITIZED_TYPES = ("PrioritizedEpisodeReplayBuffer", "PrioritizedReplayBuffer", "MultiAgentPrioritizedReplayBuffer",
                      "MultiAgentPrioritizedEpisodeReplayBuffer", "BatchedReplayBuffer:prioritized")
@@ -252,6 +253,7 @@ class FastDQN(DQN):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"FastDQN needs a Discrete action space; {config.env!r} has {action_space}. "
                              "Use PPO/FastPPO or SAC for continuous actions.")
+        import_learner_modules_beside_runners(config)  # (while super().setup waits for the runners)
         super().setup(config)
         cfg = self.config
         self._agents = agents

@@ -50,6 +50,7 @@ from rl_speed.learners.ppo import ADVANTAGES_TIME_KEY, JOIN_TIME_KEY, FastPPOTor
 from rl_speed.learners.ppo_loss import PPO_LOSS_KEY, PPO_LOSSES
 from rl_speed.learners.update_loop import UPDATES_TIME_KEY
 from rl_speed.modules.recurrent import RecurrentActorCritic
+from rl_speed.ray_start import import_learner_modules_beside_runners
 
 __all__ = ["PROFILE_KEY", "FastPPO", "FastPPOConfig"]
 
@@ -202,6 +203,7 @@ class FastPPO(PPO):
 
     @override(PPO)
     def setup(self, config: Any) -> None:
+        import_learner_modules_beside_runners(config)  # (while super().setup waits for the runners)
         super().setup(config)
         self._sampler = ColumnSampler(self, by_reference=not self.learner_group.is_local)
         self._timer = PhaseTimer(self, ("sample", "advantages", "learn", "sync_weights"))
