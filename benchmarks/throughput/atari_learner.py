@@ -60,13 +60,20 @@ LIFETIME = 1_000_000  #: env steps sampled so far, as the lr schedule reads it (
 
 
 def build(device: str, changes: dict, batch: int | None = None, epochs: int | None = None) -> Any:
+    """The algorithm of :func:`learner_config`, built."""
+    return learner_config(device, changes, batch, epochs).build_algo()
+
+
+def learner_config(device: str, changes: dict, batch: int | None = None, epochs: int | None = None) -> Any:
     """The preset's FastPPO with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
     ``epochs`` shrink it (tests, the CPU)."""
     from benchmarks.throughput.atari import preset
     from rl_speed.algorithms.config import update_config
 
     _, config = preset("PPO", device=device, cpus=1)
-    config.env_runners(num_env_runners=0).training(async_sampling=False)  # (async needs remote runners)
+    # what needs remote runners goes: async sampling, and the runners' captured action step (the local runner's
+    # module stays on the CPU)
+    config.env_runners(num_env_runners=0).training(async_sampling=False, cuda_graph_env_runners=False)
     # The one local runner's fragment covers the whole batch (the preset's batch comes from its 15 runners).
     batch = batch or config.train_batch_size_per_learner
     if batch:
@@ -76,7 +83,7 @@ def build(device: str, changes: dict, batch: int | None = None, epochs: int | No
     if epochs:
         config.training(num_epochs=epochs)
     update_config(config, changes)
-    return config.build_algo()
+    return config
 
 
 def env_steps(batches: list[dict]) -> int:

@@ -35,6 +35,13 @@ def test_an_update_moves_the_learners_weights(ray_session):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")
+def test_the_gpu_presets_learner_alone_is_a_valid_config_without_remote_runners():
+    # (the GPU preset's captured runner step needs remote runners: the bench's learner, with none, refused it)
+    config = atari_learner.learner_config("cuda", {})
+    config.validate()
+    assert config.num_env_runners == 0 and not config.cuda_graph_env_runners and config.num_gpus_per_learner > 0
+
+
 def test_device_cuda_without_a_gpu_is_refused_before_anything_is_built():
     with pytest.raises(ValueError, match="atari-learner --device cuda: this machine has no CUDA GPU"):
         atari_learner.run(repeats=1, device="cuda")
