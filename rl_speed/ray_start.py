@@ -31,8 +31,8 @@ The algorithm's own build waits for its env runners to start, then builds the le
 imports ``torch._dynamo`` (torch wraps ``Optimizer.__init__`` to keep it out of compiled graphs and imports the
 compiler on its first call): 1.6 s on a 2-core EPYC, after every runner is up. FastPPO and FastDQN import
 :data:`LEARNER_IMPORTS` in another thread while their runners start (:func:`import_learner_modules_beside_runners`)
-when the learner is local and on a GPU, where the build after the last runner took 2.4 s (the Pong preset on an H200
-box, results/atari-startup/2026-12-05-h200.md).
+when the learner is local and on a GPU: on the Pong preset on an H200 box the build then ends 0.7-0.8 s after the
+last runner is ready, against 1.9-2.5 s (results/atari-startup/2026-12-05-h200-learner-imports.md).
 """
 
 from __future__ import annotations
