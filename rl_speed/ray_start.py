@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -115,8 +116,6 @@ def import_learner_modules_beside_runners(config: Any) -> threading.Thread | Non
     ``use_deterministic_algorithms`` imports the compiler itself right away in this thread, and two threads importing
     one package at once could meet half-imported modules), or nothing left to import. A failed import is left to the
     learner's build, which imports the module again and raises its error there."""
-    import sys
-
     modules = [m for m in LEARNER_IMPORTS if m not in sys.modules]
     if not modules or config.num_learners > 0 or not config.num_gpus_per_learner:
         return None

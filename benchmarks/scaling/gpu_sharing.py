@@ -29,9 +29,9 @@ Rows (each a window of ``seconds``; rows alternate over ``repeats`` rounds; medi
 Per row: the learner's seconds per update, a forward's latency from the moment it is due to its answer on the host
 (median and 90th percentile), a runner's emulation per step, and the rates these allow: the runners'
 (``runners x lanes / (emulation + latency)``) and the learner's (``batch / update``). Not in the figures: the
-driver's work beside the update (join, values and GAE, weight push: about 0.1 s an iteration) and Ray. Run: ``rl-speed bench atari-gpu-sharing
---device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` runs every row shrunk, forwards eager on the CPU
-(a check, not a figure).
+driver's work beside the update (join, values and GAE, weight push: about 0.1 s an iteration) and Ray. Run:
+``rl-speed bench atari-gpu-sharing --device cuda --repeats 3`` (the [atari] extra); ``--device cpu`` runs every row
+shrunk, forwards eager on the CPU (a check, not a figure).
 """
 
 from __future__ import annotations
