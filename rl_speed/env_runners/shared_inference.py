@@ -5,9 +5,9 @@ Why: on a GPU box each runner with its module on the GPU is a CUDA context of it
 multi-process service the GPU serves one context at a time: on the Pong preset (15 runners) a runner waits about
 2.3 ms a step for a forward the GPU does in a fraction of that, and the learner's update takes 0.345 s beside the
 runners against 0.235 s alone (docs/studies/pong-and-atari.md, 2026-12-05). Served from the learner's process, every
-forward shares the learner's context: no turns between contexts, and the runners hold no GPU at all. Not yet measured
-on a GPU: ``rl-speed bench atari-gpu-sharing`` times this placement against the runners' own contexts and against
-one inference process, before and after which the preset decides.
+forward shares the learner's context: no turns between contexts, and the runners hold no GPU at all. The Pong preset
+does not use it: served a request at a time it ran at 0.87x the runners' own captured forward on a GPU box
+(results/preset-variants/2026-12-05-pong-gpu-shared-inference.md).
 
 How:
 
@@ -22,7 +22,10 @@ How:
   :data:`KEEP_VERSIONS` versions the learner published and answers each request with the one it names.
 * The server: its own copy of the learner's module on the learner's device, a high-priority CUDA stream there, and
   Python's GIL hand-over at :data:`SWITCH_INTERVAL_S` while it runs, so a request does not wait out 5 ms of the
-  learner's Python.
+  learner's Python. It answers every request pending when it looks with one forward (those naming one weights version
+  and exploring alike), on a GPU one captured graph for each number of runners served together: answered one at a
+  time, 15 runners waited 5.6-6.1 ms for their action step on the Pong GPU preset against 2.4 ms with their own
+  forward (2026-12-05), each answer paying a copy in, a replay, a copy out, a wait and the GIL's hand-overs.
 
 Only for what the runner's own forward would do the same way (checked when a runner connects): a stateless module,
 observations that are one array, RLlib's categorical action distribution, a module that leaves the draw to the
@@ -115,6 +118,7 @@ class InferenceServer:
         self.layout, self.slots, self.device = layout, slots, torch.device(device)
         self.module = copy.deepcopy(module).to(self.device).eval()
         self.requests_served = 0
+        self.forwards = 0  # requests_served / forwards: how many requests a forward served on average
         self._versions: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
         self._loaded: int | None = None
         self._lock = threading.Lock()
@@ -143,8 +147,11 @@ class InferenceServer:
             if self._stream is not None:
                 # Captured here, before the serving thread starts and before the learner's first update: a capture
                 # beside another thread's GPU work could fail (see rl_speed.learners.cuda_graph's capture mode).
+                # One graph for each number of whole slots served together, each way of acting.
+                self._pool = torch.cuda.graph_pool_handle()
                 for explore in (True, False):
-                    self._capture(layout.lanes, explore)
+                    for served in range(1, slots + 1):
+                        self._capture(served * layout.lanes, explore)
         except BaseException:
             self._release()
             raise
@@ -191,65 +198,84 @@ class InferenceServer:
 
     def _serve(self) -> None:
         while True:
-            data = os.read(self._requests, 2 * (self.slots + 1))
+            data = os.read(self._requests, 2 * (self.slots + 1))  # blocks for one request; takes all pending
             if len(data) % 2:  # (writes of 2 bytes are atomic; a read returns whole requests)
                 data += os.read(self._requests, 1)
-            for slot in struct.unpack(f"<{len(data) // 2}H", data):
-                if slot == _STOP:
-                    return
-                self._answer(slot)
+            slots = struct.unpack(f"<{len(data) // 2}H", data)
+            self._answer([slot for slot in slots if slot != _STOP])
+            if _STOP in slots:
+                return
 
-    def _answer(self, slot: int) -> None:
-        view = self._views[slot]
-        header = view["header"]
-        version, explore, lanes = (int(x) for x in header[:3])
-        header[3] = 0
-        try:
-            with self._lock:
-                weights = self._versions.get(version)
-                held = list(self._versions)
-            if weights is None:
-                header[3] = 2
-                logger.error("shared inference: runner slot %d asked for weights version %d; held: %s", slot, version,
-                             held)
-            else:
-                self._forward(view, weights, version, explore, lanes)
-        except Exception:  # noqa: BLE001 (the runner raises; the server goes on serving the others)
-            header[3] = 1
-            logger.exception("shared inference: the forward of runner slot %d failed", slot)
-        self.requests_served += 1
-        os.write(self._answers[slot], b"\x00")
+    def _answer(self, slots: list[int]) -> None:
+        """Answers the pending requests of ``slots``: one forward for all those that name one weights version and
+        explore alike (the requests that came while the last forward ran are served together)."""
+        groups: dict[tuple[int, bool], list[int]] = {}
+        for slot in slots:
+            version, explore = (int(x) for x in self._views[slot]["header"][:2])
+            groups.setdefault((version, bool(explore)), []).append(slot)
+        for (version, explore), group in groups.items():
+            errors = 0
+            try:
+                with self._lock:
+                    weights = self._versions.get(version)
+                    held = list(self._versions)
+                if weights is None:
+                    errors = 2
+                    logger.error("shared inference: runner slots %s asked for weights version %d; held: %s", group,
+                                 version, held)
+                else:
+                    self._forward(group, weights, version, explore)
+            except Exception:  # noqa: BLE001 (the runners raise; the server goes on serving the others)
+                errors = 1
+                logger.exception("shared inference: the forward of runner slots %s failed", group)
+            self.requests_served += len(group)  # (counted before the answers, which a runner may act on at once)
+            self.forwards += 1
+            for slot in group:
+                self._views[slot]["header"][3] = errors
+                os.write(self._answers[slot], b"\x00")
 
-    def _forward(self, view: dict, weights: dict, version: int, explore: bool, lanes: int) -> None:
+    def _forward(self, group: list[int], weights: dict, version: int, explore: bool) -> None:
+        views = [self._views[slot] for slot in group]
+        lanes = [int(view["header"][2]) for view in views]
         with self._on_stream():
             if self._loaded != version:  # in place into the parameters a captured step reads
                 self.module.load_state_dict(weights)  # (outside inference mode, which would refuse that)
                 self._loaded = version
-        step = self._graphs.get((lanes, explore))
-        if step is None:  # the CPU, or a lane count other than a runner's (its lane groups): eager
+        whole = all(n == self.layout.lanes for n in lanes)
+        step = self._graphs.get((len(group) * self.layout.lanes, explore)) if whole else None
+        if step is None:  # the CPU, or lane counts other than a runner's (its lane groups): eager
             with torch.inference_mode(), self._on_stream():
-                noise = torch.from_numpy(view["noise"][:lanes]).to(self.device) if explore else None
-                out = act(self.module, torch.from_numpy(view["obs"][:lanes]).to(self.device), explore, noise)
-            for name, value in zip(OUTPUTS, out):
-                if value is not None:  # (no log-probability where the step does not explore)
-                    view[name][:lanes] = value.cpu().numpy()
-            return
-        with torch.inference_mode(), self._on_stream():
-            step.obs.copy_(torch.from_numpy(view["obs"][:lanes]), non_blocking=True)
-            if explore:
-                step.noise.copy_(torch.from_numpy(view["noise"][:lanes]), non_blocking=True)
-            step.graph.replay()
-            for device, host in zip(step.outputs, step.host):
-                host.copy_(device, non_blocking=True)
-            self._done.record(self._stream)
-            self._done.synchronize()  # (a sleeping wait: a default CUDA wait spins, holding a core)
-        for name, host in zip(step.names, step.host):
-            view[name][:lanes] = host.numpy()
+                obs = np.concatenate([view["obs"][:n] for view, n in zip(views, lanes)])
+                noise = np.concatenate([view["noise"][:n] for view, n in zip(views, lanes)]) if explore else None
+                out = act(self.module, torch.from_numpy(obs).to(self.device), explore,
+                          None if noise is None else torch.from_numpy(noise).to(self.device))
+                names = [name for name, value in zip(OUTPUTS, out) if value is not None]
+                host = [value.cpu().numpy() for value in out if value is not None]  # (no logp where not exploring)
+        else:
+            with torch.inference_mode(), self._on_stream():
+                for row, view in zip(range(0, len(step.obs), self.layout.lanes), views):
+                    step.obs[row:row + self.layout.lanes].copy_(torch.from_numpy(view["obs"]), non_blocking=True)
+                    if explore:
+                        step.noise[row:row + self.layout.lanes].copy_(torch.from_numpy(view["noise"]),
+                                                                      non_blocking=True)
+                step.graph.replay()
+                for device, pinned in zip(step.outputs, step.host):
+                    pinned.copy_(device, non_blocking=True)
+                self._done.record(self._stream)
+                self._done.synchronize()  # (a sleeping wait: a default CUDA wait spins, holding a core)
+            names, host = step.names, [pinned.numpy() for pinned in step.host]
+        row = 0
+        for view, n in zip(views, lanes):
+            for name, value in zip(names, host):
+                view[name][:n] = value[row:row + n]
+            row += n
 
     def _capture(self, lanes: int, explore: bool) -> "_Step":
         """The forward and draw of ``lanes`` observations as one CUDA graph on static inputs (as
         :class:`rl_speed.env_runners.captured_forward.CapturedForward` captures a runner's); the weights a replay
-        reads are the module's parameters, which :meth:`_forward` loads each version into in place."""
+        reads are the module's parameters, which :meth:`_forward` loads each version into in place. Every graph
+        shares one memory pool: they replay one at a time on one stream, and each replay's outputs are copied out
+        before the next."""
         shape, dtype = (lanes, *self.layout.obs_shape), getattr(torch, np.dtype(self.layout.obs_dtype).name)
         with torch.inference_mode(), self._on_stream():
             obs = torch.zeros(shape, dtype=dtype, device=self.device)
@@ -258,7 +284,7 @@ class InferenceServer:
                 act(self.module, obs, explore, noise)
             self._stream.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self._stream):
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
                 named = [(name, t) for name, t in zip(OUTPUTS, act(self.module, obs, explore, noise)) if t is not None]
             names, outputs = [name for name, _ in named], [t for _, t in named]
             host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs]
@@ -299,6 +325,17 @@ class InferenceClient:
         self._noise = np.random.default_rng(seed)
 
     def __call__(self, obs: np.ndarray, explore: bool, version: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        self._fill(obs, explore, version)
+        try:
+            os.write(self._requests, struct.pack("<H", self.slot))
+        except BrokenPipeError:
+            raise RuntimeError("shared inference: the server in the learner's process is gone (its algorithm stopped "
+                               "or its process ended); see the driver's log.") from None
+        self._wait()
+        return self._read(len(obs), explore, version)
+
+    def _fill(self, obs: np.ndarray, explore: bool, version: int) -> None:
+        """Writes the request into this runner's slot: the observations, the noise of the draw, the header."""
         view, lanes = self._view, len(obs)
         if lanes > self.layout.lanes or obs.shape[1:] != self.layout.obs_shape:
             raise ValueError(f"shared inference: {obs.shape} observations do not fit the server's slots of "
@@ -308,16 +345,16 @@ class InferenceClient:
             view["noise"][:lanes] = self._noise.standard_exponential((lanes, self.layout.num_actions),
                                                                      dtype=np.float32)
         view["header"][:3] = (version, int(explore), lanes)
-        try:
-            os.write(self._requests, struct.pack("<H", self.slot))
-        except BrokenPipeError:
-            raise RuntimeError("shared inference: the server in the learner's process is gone (its algorithm stopped "
-                               "or its process ended); see the driver's log.") from None
+
+    def _wait(self) -> None:
         ready, _, _ = select.select([self._answer], [], [], ANSWER_TIMEOUT_S)
         if not ready:
             raise TimeoutError(f"shared inference: no answer in {ANSWER_TIMEOUT_S:.0f} s from the server in the "
                                "learner's process (stopped, or its process gone); see the driver's log.")
         os.read(self._answer, 1)
+
+    def _read(self, lanes: int, explore: bool, version: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        view = self._view
         error = int(view["header"][3])
         if error:
             raise RuntimeError(f"shared inference: the server could not answer runner slot {self.slot} at weights "

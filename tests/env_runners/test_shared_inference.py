@@ -4,6 +4,7 @@ act as the runner's own forward would."""
 
 from __future__ import annotations
 
+import threading
 import time
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -36,7 +37,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 @pytest.fixture(params=DEVICES)
 def server(request):
     module = _module()
-    server = si.InferenceServer(module, request.param, si.Layout(LANES, (4,), "float32", 2), slots=2)
+    server = si.InferenceServer(module, request.param, si.Layout(LANES, (4,), "float32", 2), slots=4)
     server.publish(0, module.state_dict())
     yield server, module
     server.stop()
@@ -114,6 +115,78 @@ def test_fewer_lanes_than_a_slot_holds_are_answered_row_for_row(server):
     with pytest.raises(ValueError, match=r"\(9, 4\) observations do not fit the server's slots of 8 x \(4,\)"):
         client(np.zeros((9, 4), np.float32), explore=False, version=0)
     client.close()
+
+
+def _pending(server, requests):
+    """Writes each ``(slot, obs, explore, version)`` request into its slot as a runner would, answers them all in one
+    call of the serving thread's step (the requests one look at the pipe finds pending), and reads each answer."""
+    clients = {slot: si.InferenceClient(server.spec(), slot=slot, seed=slot) for slot, *_ in requests}
+    for slot, obs, explore, version in requests:
+        clients[slot]._fill(obs, explore, version)
+    server._answer([slot for slot, *_ in requests])
+    answers = []
+    for slot, obs, explore, version in requests:
+        clients[slot]._wait()
+        answers.append(clients[slot]._read(len(obs), explore, version))
+        clients[slot].close()
+    return answers
+
+
+def test_requests_pending_together_are_answered_by_one_forward_row_for_row(server):
+    server, module = server
+    server.publish(1, {key: value + 1.0 for key, value in module.state_dict().items()})
+    rng = np.random.default_rng(4)
+    obs = [rng.normal(size=(LANES, 4)).astype(np.float32) for _ in range(3)]
+    answers = _pending(server, [(0, obs[0], True, 0), (1, obs[1], True, 0), (2, obs[2], True, 0)])
+    assert (server.forwards, server.requests_served) == (1, 3)
+    if server.device.type == "cuda":
+        assert (3 * LANES, True) in server._graphs  # the replay captured for three runners served together
+    for slot, (actions, extra) in enumerate(answers):
+        np.testing.assert_allclose(extra[C.ACTION_DIST_INPUTS], _logits(module, obs[slot]), **_close(server))
+        noise = np.random.default_rng(slot).standard_exponential((LANES, 2), dtype=np.float32)  # that runner's own
+        logp_all = torch.log_softmax(torch.from_numpy(extra[C.ACTION_DIST_INPUTS]), -1).numpy()
+        np.testing.assert_array_equal(actions, (logp_all - np.log(noise)).argmax(-1))
+
+
+def test_pending_requests_of_other_versions_or_lane_counts_are_each_answered_as_asked(server):
+    server, module = server
+    newer = {key: value + 1.0 for key, value in module.state_dict().items()}
+    server.publish(1, newer)
+    rng = np.random.default_rng(6)
+    whole, group = rng.normal(size=(LANES, 4)).astype(np.float32), rng.normal(size=(3, 4)).astype(np.float32)
+    (greedy, _), (old_actions, old), (_, new), (_, part) = _pending(
+        server, [(0, whole, False, 0), (1, whole, True, 0), (2, whole, True, 1), (3, group, True, 0)])
+    assert (server.forwards, server.requests_served) == (3, 4)  # greedy at 0; exploring at 0 (8 + 3 lanes); at 1
+    np.testing.assert_array_equal(greedy, _logits(module, whole).argmax(-1))
+    np.testing.assert_allclose(old[C.ACTION_DIST_INPUTS], _logits(module, whole), **_close(server))
+    np.testing.assert_allclose(part[C.ACTION_DIST_INPUTS], _logits(module, group), **_close(server))
+    newer_module = _module()
+    newer_module.load_state_dict(newer)
+    np.testing.assert_allclose(new[C.ACTION_DIST_INPUTS], _logits(newer_module, whole), **_close(server))
+
+
+def test_runners_acting_at_once_each_get_their_own_answer(server):
+    """Four runners' threads ask concurrently, so the server finds one to four requests pending at each look."""
+    server, module = server
+    rng = np.random.default_rng(7)
+    obs = [rng.normal(size=(LANES, 4)).astype(np.float32) for _ in range(4)]
+    expected = [_logits(module, o) for o in obs]
+    failures = []
+
+    def act_repeatedly(slot):
+        client = si.InferenceClient(server.spec(), slot=slot)
+        for _ in range(50):
+            _, extra = client(obs[slot], explore=True, version=0)
+            if not np.allclose(extra[C.ACTION_DIST_INPUTS], expected[slot], **_close(server)):
+                failures.append(slot)
+        client.close()
+
+    threads = [threading.Thread(target=act_repeatedly, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == [] and server.requests_served == 200
 
 
 def test_stop_removes_the_shared_memory_and_the_pipes_and_a_runner_then_says_so():
