@@ -49,8 +49,9 @@ def _logits(module, obs):
 
 
 def _close(server):
-    """Tolerances for the server's logits against the module's on the CPU (exact there; a GPU's kernels differ)."""
-    return {"rtol": 1e-6} if server.device.type == "cpu" else {"rtol": 1e-4, "atol": 1e-5}
+    """Tolerances for the server's logits against the module's alone: a forward of several runners' rows may sum in
+    another order (a 16-core Xeon's CPU kernels differed by 1e-7 at 24 rows against 8), and a GPU's kernels differ."""
+    return {"rtol": 1e-5, "atol": 1e-6} if server.device.type == "cpu" else {"rtol": 1e-4, "atol": 1e-5}
 
 
 def test_a_greedy_answer_is_the_modules_best_action(server):
