@@ -6,8 +6,9 @@ multi-process service the GPU serves one context at a time: on the Pong preset (
 2.3 ms a step for a forward the GPU does in a fraction of that, and the learner's update takes 0.345 s beside the
 runners against 0.235 s alone (docs/studies/pong-and-atari.md, 2026-12-05). Served from the learner's process, every
 forward shares the learner's context: no turns between contexts, and the runners hold no GPU at all. The Pong preset
-does not use it: served a request at a time it ran at 0.87x the runners' own captured forward on a GPU box
-(results/preset-variants/2026-12-05-pong-gpu-shared-inference.md).
+does not use it: it ran at 0.96x the runners' own captured forward on an H100 box (0.87x answering a request at a
+time; results/preset-variants/2026-12-07-pong-h100-batched-shared-inference.md); CUDA's multi-process service on the
+box lets the runners' own contexts share the GPU instead (1.08x; docs/guides/fastppo.md).
 
 How:
 
@@ -25,7 +26,8 @@ How:
   learner's Python. It answers every request pending when it looks with one forward (those naming one weights version
   and exploring alike), on a GPU one captured graph for each number of runners served together: answered one at a
   time, 15 runners waited 5.6-6.1 ms for their action step on the Pong GPU preset against 2.4 ms with their own
-  forward (2026-12-05), each answer paying a copy in, a replay, a copy out, a wait and the GIL's hand-overs.
+  forward (2026-12-05), each answer paying a copy in, a replay, a copy out, a wait and the GIL's hand-overs; answered
+  together, 3.6 ms against 2.5 ms (2026-12-07).
 
 Only for what the runner's own forward would do the same way (checked when a runner connects): a stateless module,
 observations that are one array, RLlib's categorical action distribution, a module that leaves the draw to the
