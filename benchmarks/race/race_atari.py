@@ -34,6 +34,7 @@ slot of the same size, whichever contender or seed it is.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -49,6 +50,7 @@ from benchmarks.scaling.core_pinning import physical_cores
 from benchmarks.race.contenders import Task, sb3_learn
 from benchmarks.race.judge import EpisodeJudge, JudgeFiles, judged_id, process_start, reached
 from benchmarks.race.report import race_chart, task_section
+from rl_speed.cuda_mps import CudaMpsError, cuda_mps, running_daemon
 
 #: rl-zoo's PPO entry for Atari games (hyperparams/ppo.yml, ``atari``), SB3's names; gamma 0.99 and lambda 0.95 are
 #: SB3's defaults.
@@ -201,6 +203,8 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         meta["overrides"] = overrides
     if full_time:
         meta["full_time"] = True  # trained past the target to the cap
+    if running_daemon() is not None:
+        meta["cuda_mps"] = True  # the run's CUDA contexts under an MPS daemon (--cuda-mps, or one already up)
     if contender in SB3_CONTENDERS:
         why = run_sb3(contender, files, seed, max_seconds, device, game, overrides)
         meta["ran"] = why is None
@@ -366,7 +370,8 @@ def milestone_table(runs: list[tuple[Path, dict]], logs: dict[Path, list], level
             continue
         hits = [reached(logs[folder], level, window) for level in levels]
         overrides = json.dumps(meta["overrides"]) if meta.get("overrides") else "preset"
-        rows.append(f"| {meta['contender']} | {meta['seed']} | `{overrides}` | "
+        mps = " under CUDA MPS" if meta.get("cuda_mps") else ""
+        rows.append(f"| {meta['contender']} | {meta['seed']} | `{overrides}`{mps} | "
                     + " | ".join(f"{hit[1] / 1e6:.2f}M" if hit else "" for hit in hits) + " |")
     if not rows:
         return []
@@ -507,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="play the final policy GAMES full games per protocol (sticky actions as trained and 0.25)")
     one.add_argument("--full-time", action="store_true",
                      help="RLlib contenders: train all --seconds, past the target (the evaluated policy is the cap's)")
+    one.add_argument("--cuda-mps", action="store_true",
+                     help="under an MPS daemon of the run's own (rl_speed.cuda_mps; recorded in meta.json)")
     race = commands.add_parser("race", help="run contenders for seeds (queued over the host's GPUs), then the table")
     race.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     race.add_argument("--first-seed", type=int, default=0)
@@ -528,8 +535,15 @@ def main(argv: list[str] | None = None) -> int:
 
     rl_speed.register()
     if args.command == "contender":
-        run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
-                      args.checkpoint, args.evaluate, start=process_start(), full_time=args.full_time)
+        with contextlib.ExitStack() as stack:
+            if args.cuda_mps:
+                try:
+                    stack.enter_context(cuda_mps())  # before anything starts or a run's files are replaced
+                except CudaMpsError as e:
+                    print(e, file=sys.stderr)
+                    return 2
+            run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
+                          args.checkpoint, args.evaluate, start=process_start(), full_time=args.full_time)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
                   args.first_seed, args.game, args.missing_only, args.evaluate))

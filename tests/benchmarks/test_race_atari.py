@@ -450,3 +450,23 @@ def test_section_gives_each_runs_env_steps_to_each_level(tmp_path):
     # window holding scores of 21
     assert rows == ['| FastPPO (ours) | 0 | `{"lr": 0.0005}` | 1.00M | 1.10M | 1.60M | 2.10M | 2.35M | 2.60M |',
                     "| FastPPO (ours) | 1 | `preset` |  |  |  |  |  |  |"]
+
+
+def test_a_run_under_cuda_mps_is_named_so_in_the_variant_column(tmp_path):
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 1000, -21.0)] * 25, seed=0)
+    folder = tmp_path / "fastppo-ours-seed0"
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps(meta | {"cuda_mps": True}))
+    rows = [line for line in race_atari.section(str(tmp_path)).splitlines() if "`preset`" in line]
+    assert rows == ["| FastPPO (ours) | 0 | `preset` under CUDA MPS |  |  |  |  |  |  |"]
+
+
+def test_cuda_mps_without_its_daemon_is_refused_before_a_runs_files_are_replaced(tmp_path, monkeypatch, capsys):
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 1000, -21.0)] * 25, seed=0)
+    before = sorted(p.name for p in (tmp_path / "fastppo-ours-seed0").iterdir())
+    monkeypatch.setenv("PATH", str(tmp_path / "no-driver"))  # no nvidia-cuda-mps-control on it
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    status = race_atari.main(["contender", "FastPPO (ours)", "--seed", "0", "--dir", str(tmp_path), "--cuda-mps"])
+    assert status == 2
+    assert "`nvidia-cuda-mps-control` is not on PATH" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "fastppo-ours-seed0").iterdir()) == before

@@ -111,3 +111,18 @@ def test_experiment_flag_picks_experiments_and_refuses_an_unknown_name(tmp_path,
     err = capsys.readouterr().err
     assert "there is no experiment 'pong'; the file holds ['broken', 'first', 'second']" in err
     assert "--experiment NAME" in err
+
+
+def test_cuda_mps_without_nvidias_control_program_is_refused_before_ray_starts(tmp_path, capsys, monkeypatch,
+                                                                                no_ray_start):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder without nvidia-cuda-mps-control
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    assert main(["train", str(GOOD), "--cuda-mps"]) == 2
+    err = capsys.readouterr().err
+    assert "`nvidia-cuda-mps-control` is not on PATH" in err and "drop --cuda-mps" in err
+
+
+def test_cuda_mps_on_a_cluster_is_refused_with_how_to_start_it_there(capsys, no_ray_start):
+    assert main(["train", str(GOOD), "--cuda-mps", "--address", "10.0.0.1:6379"]) == 2
+    err = capsys.readouterr().err
+    assert "do not inherit it" in err and "before `ray start`" in err
