@@ -25,12 +25,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from rl_speed.ray_start import environment
+
 logger = logging.getLogger(__name__)
 
 CONTROL = "nvidia-cuda-mps-control"
 #: The daemon's wait to make its control pipe, and to quit.
 START_TIMEOUT_S = 20.0
-ENV_VARS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
 
 
 class CudaMpsError(RuntimeError):
@@ -57,25 +58,19 @@ def cuda_mps() -> Iterator[Path]:
                            "NVIDIA GPU and its driver has it). Fix: run on such a machine, add the driver's bin "
                            "folder to PATH, or drop --cuda-mps.")
     root = Path(tempfile.mkdtemp(prefix="rl_speed_mps_"))
-    paths = {"CUDA_MPS_PIPE_DIRECTORY": root / "pipe", "CUDA_MPS_LOG_DIRECTORY": root / "log"}
-    saved = {name: os.environ.get(name) for name in ENV_VARS}
-    for name, path in paths.items():
-        path.mkdir()
-        os.environ[name] = str(path)
+    pipes, logs = root / "pipe", root / "log"
+    pipes.mkdir()
+    logs.mkdir()
+    keep = False
     try:
-        _start(control, paths["CUDA_MPS_PIPE_DIRECTORY"], paths["CUDA_MPS_LOG_DIRECTORY"])
-        try:
-            yield paths["CUDA_MPS_PIPE_DIRECTORY"]
-        finally:
-            if not _quit(control, paths["CUDA_MPS_PIPE_DIRECTORY"]):
-                root = None  # its pipes stay, so that it can still be told to quit
+        with environment({"CUDA_MPS_PIPE_DIRECTORY": str(pipes), "CUDA_MPS_LOG_DIRECTORY": str(logs)}):
+            _start(control, pipes, logs)
+            try:
+                yield pipes
+            finally:
+                keep = not _quit(control, pipes)  # a daemon that did not quit keeps its pipes, to be told again
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        if root is not None:
+        if not keep:
             shutil.rmtree(root, ignore_errors=True)
 
 

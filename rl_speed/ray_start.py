@@ -135,6 +135,22 @@ def set_tune_trial_env_vars() -> dict[str, str]:
 
 
 @contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set while the block runs, so that the processes started inside (a local Ray and
+    its workers among them) inherit them; restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def tune_trials_on_prestarted_workers(worker_environ: Mapping[str, str] | None) -> Iterator[None]:
     """Within it, Tune makes a trial's actor class without its runtime env where that env would change nothing: where
     it only sets env vars and each of them has that value in ``worker_environ``, the environment every worker of the

@@ -13,16 +13,15 @@ policies play the game the policy was trained on.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import multiprocessing
 import os
 import time
-from typing import Iterator
 
 import numpy as np
 import torch
 
 from benchmarks.common import Policy, load_policy_module, machine, random_policy
+from rl_speed.ray_start import environment
 
 
 def play(policy: Policy, episodes: int, env_config: dict, num_envs: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
@@ -80,21 +79,6 @@ def epsilon_greedy(module: torch.nn.Module, epsilon: float, seed: int = 0) -> Po
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``values`` set, for processes started inside; restored after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def _play_share(checkpoint: str, policy_name: str, episodes: int, epsilon: float, seed: int) -> dict[str, np.ndarray]:
     """One worker process's share: loads the checkpoint itself (a module is not sent between processes)."""
     torch.set_num_threads(1)
@@ -113,7 +97,7 @@ def compare(checkpoint: str, episodes: int, epsilon: float = 0.05, workers: int 
     results = {}
     # One thread per worker. Without these, 24 workers on a 64-core host ran at load 312 and had not finished after
     # 5 minutes; with them (set before the workers start, as their libraries read them once) they took 150 s.
-    with _environment(SINGLE_THREADED), concurrent.futures.ProcessPoolExecutor(
+    with environment(SINGLE_THREADED), concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for name in ("random", "trained"):
             parts = list(pool.map(_play_share, *zip(*[(checkpoint, name, n, epsilon, seed)
