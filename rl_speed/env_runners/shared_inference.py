@@ -149,8 +149,14 @@ class InferenceServer:
             if self._stream is not None:
                 # Captured here, before the serving thread starts and before the learner's first update: a capture
                 # beside another thread's GPU work could fail (see rl_speed.learners.cuda_graph's capture mode).
-                # One graph for each number of whole slots served together, each way of acting.
+                # One graph for each number of whole slots served together, each way of acting; all read their
+                # inputs from the leading rows of one buffer and keep their intermediates in one memory pool.
                 self._pool = torch.cuda.graph_pool_handle()
+                dtype = getattr(torch, np.dtype(layout.obs_dtype).name)
+                with torch.inference_mode():
+                    self._obs = torch.zeros((slots * layout.lanes, *layout.obs_shape), dtype=dtype,
+                                            device=self.device)
+                    self._noise = torch.ones((slots * layout.lanes, layout.num_actions), device=self.device)
                 for explore in (True, False):
                     for served in range(1, slots + 1):
                         self._capture(served * layout.lanes, explore)
@@ -276,12 +282,10 @@ class InferenceServer:
         """The forward and draw of ``lanes`` observations as one CUDA graph on static inputs (as
         :class:`rl_speed.env_runners.captured_forward.CapturedForward` captures a runner's); the weights a replay
         reads are the module's parameters, which :meth:`_forward` loads each version into in place. Every graph
-        shares one memory pool: they replay one at a time on one stream, and each replay's outputs are copied out
-        before the next."""
-        shape, dtype = (lanes, *self.layout.obs_shape), getattr(torch, np.dtype(self.layout.obs_dtype).name)
+        shares the input buffers and one memory pool: they replay one at a time on one stream, and each replay's
+        outputs are copied out before the next."""
         with torch.inference_mode(), self._on_stream():
-            obs = torch.zeros(shape, dtype=dtype, device=self.device)
-            noise = torch.ones((lanes, self.layout.num_actions), device=self.device) if explore else None
+            obs, noise = self._obs[:lanes], self._noise[:lanes] if explore else None
             for _ in range(WARMUP_STEPS):  # cuDNN picks its algorithms, lazy buffers are made
                 act(self.module, obs, explore, noise)
             self._stream.synchronize()
