@@ -16,11 +16,11 @@ the variables already name a running daemon (one the user started), it is used a
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
-import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
