@@ -11,6 +11,10 @@ its pipes and log in a directory of its own, and sets ``CUDA_MPS_PIPE_DIRECTORY`
 process's environment before Ray starts, so the local Ray's workers inherit them and their contexts join it; CUDA
 programs started without those variables do not. At the end it quits the daemon and restores the environment. Where
 the variables already name a running daemon (one the user started), it is used and left running.
+
+The daemon quits only once its clients are gone. Where this process is one of them (a learner in the driver, as in the
+Atari race), waiting would only time out: the quit is then left to a detached helper, which removes the daemon's folder
+once the daemon has gone, after this process ends.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -68,7 +73,11 @@ def cuda_mps() -> Iterator[Path]:
             try:
                 yield pipes
             finally:
-                keep = not _quit(control, pipes)  # a daemon that did not quit keeps its pipes, to be told again
+                if _serves_this_process():
+                    _quit_after_this_process(control, root)
+                    keep = True  # the helper removes the folder once the daemon has quit
+                else:
+                    keep = not _quit(control, pipes)  # a daemon that did not quit keeps its pipes, to be told again
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -96,6 +105,20 @@ def _start(control: str, pipes: Path, logs: Path) -> None:
                            f"its log: {tail}). "
                            "Fix: check that the GPU's compute mode allows MPS (nvidia-smi -q | grep 'Compute Mode'), "
                            "or drop --cuda-mps.")
+
+
+def _serves_this_process() -> bool:
+    """Whether this process holds a CUDA context (under the daemon it ran with): torch imported and CUDA used."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
+def _quit_after_this_process(control: str, root: Path) -> None:
+    """Tells the daemon to quit from a helper in a session of its own: the daemon stops taking clients and quits
+    once this process (its last client) has ended; the helper then removes ``root``."""
+    subprocess.Popen(["sh", "-c", 'echo quit | "$0"; rm -rf "$1"', control, str(root)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    logger.info("--cuda-mps: this process uses the GPU under the run's MPS daemon; the daemon quits when it ends.")
 
 
 def _quit(control: str, pipes: Path) -> bool:
