@@ -108,7 +108,8 @@ def _start(control: str, pipes: Path, logs: Path) -> None:
 
 
 def _serves_this_process() -> bool:
-    """Whether this process holds a CUDA context (under the daemon it ran with): torch imported and CUDA used."""
+    """Whether this process has used CUDA (torch imported, CUDA initialized): then, with the daemon up, one of its
+    clients. A context made before the daemon started is none, and the helper's quit then returns at once."""
     torch = sys.modules.get("torch")
     return torch is not None and torch.cuda.is_initialized()
 
