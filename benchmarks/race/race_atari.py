@@ -163,11 +163,45 @@ def evaluate_final_policy(algo: Any, env_config: dict, games: int, device: str =
     protocol of :func:`benchmarks.evaluate.atari_policy.protocols` (sticky actions as trained, and 0.25): the game
     scores by sticky-action probability and policy. The module plays on ``device`` (the driver's copy lives on the
     CPU, where one forward per step made a Breakout evaluation of stalling games outlast 8 minutes)."""
+    return evaluate_policy(algo.get_module(), env_config, games, device)
+
+
+def evaluate_policy(module: Any, env_config: dict, games: int, device: str = "cpu") -> dict:
+    """:func:`evaluate_final_policy` of a module: its scores by sticky-action probability and policy."""
     from benchmarks.evaluate.atari_policy import evaluate_protocols, protocols
 
-    module = algo.get_module().to(device)
+    module = module.to(device)
     return {str(sticky): {name: returns.tolist() for name, returns in by_policy.items()}
             for sticky, by_policy in evaluate_protocols(module, protocols(env_config), games).items()}
+
+
+#: where a run's ``--checkpoint`` holds its trained module (RLlib's algorithm checkpoint layout)
+SAVED_MODULE = Path("checkpoint", "learner_group", "learner", "rl_module", "default_policy")
+
+
+def evaluate_saved_runs(directory: str, games: int, device: str = "cpu") -> list[Path]:
+    """``--evaluate GAMES`` after the runs and on another machine: each run of ``directory`` with a saved module
+    (``--checkpoint``; at least its :data:`SAVED_MODULE` folder) and no ``evaluation.json`` has that module played as
+    ``--evaluate`` plays the final policy, under its ``meta.json``'s game and overrides, into ``evaluation.json``;
+    ``meta.json`` gains the evaluation's seconds and machine. A GPU box's time then goes to training alone (a Pong
+    evaluation of 16 games took about 41 s of it a seed). The saved module is the learner's last one; ``--evaluate``
+    plays the driver's copy, which is the same weights where the last iteration synced them. Returns the folders
+    evaluated."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    evaluated = []
+    for folder, meta in directory_runs(directory):
+        if (folder / "evaluation.json").exists() or not (folder / SAVED_MODULE).is_dir():
+            continue
+        began = time.monotonic()
+        module = RLModule.from_checkpoint(folder / SAVED_MODULE)
+        evaluation = evaluate_policy(module, env_config(meta.get("game", "pong"), meta.get("overrides")), games,
+                                     device)
+        (folder / "evaluation.json").write_text(json.dumps(evaluation))
+        meta |= {"evaluation_s": time.monotonic() - began, "evaluated_on": machine()}
+        write_meta(folder, meta)
+        evaluated.append(folder)
+    return evaluated
 
 
 def run_contender(contender: str, seed: int, max_seconds: float, directory: str, device: str = "cuda",
@@ -527,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="RLlib contenders: play each final policy GAMES full games per protocol")
     race.add_argument("--missing-only", action="store_true",
                       help="skip the (seed, contender) runs the directory already holds finished")
+    later = commands.add_parser("evaluate", help="play the saved final policy of each run in a directory not yet "
+                                "evaluated (runs made with --checkpoint)")
+    later.add_argument("dir")
+    later.add_argument("--games", type=int, default=16, help="full games per policy and protocol")
+    later.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     table = commands.add_parser("section", help="print the table of the runs in a directory")
     table.add_argument("dir")
     table.add_argument("--charts", default=None)
@@ -547,6 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
                   args.first_seed, args.game, args.missing_only, args.evaluate))
+    elif args.command == "evaluate":
+        evaluated = evaluate_saved_runs(args.dir, args.games, args.device)
+        print("\n".join(str(folder) for folder in evaluated) or f"race_atari: no run in {args.dir} has a saved module "
+              "(--checkpoint) and no evaluation.json")
     else:
         print(section(args.dir, args.charts))
     return 0

@@ -194,6 +194,33 @@ def test_final_policy_is_played_under_both_protocols_and_reported_per_contender(
         race_atari.run_contender("SB3 PPO (zoo)", 0, 1.0, str(tmp_path / "sb3"), evaluate_games=2)
 
 
+def test_saved_modules_are_evaluated_later_with_their_runs_game_and_overrides(tmp_path):
+    pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
+    import gymnasium as gym
+    import numpy as np
+
+    from rl_speed.modules.pixels import NatureActorCritic
+
+    module = NatureActorCritic(observation_space=gym.spaces.Box(0, 255, (84, 84, 4), np.uint8),
+                               action_space=gym.spaces.Discrete(6), model_config={})
+    # 400 frames = 100 agent steps per game; sticky 0.25 as trained: one protocol
+    overrides = {"env_config": {"max_num_frames_per_episode": 400, "repeat_action_probability": 0.25}}
+    for seed, saved in ((0, True), (1, False)):
+        _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)], seed=seed)
+        folder = tmp_path / f"fastppo-ours-seed{seed}"
+        meta = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps(meta | {"game": "pong", "overrides": overrides}))
+        if saved:
+            module.save_to_path(str(folder / race_atari.SAVED_MODULE))
+    assert race_atari.evaluate_saved_runs(str(tmp_path), games=2) == [tmp_path / "fastppo-ours-seed0"]
+    evaluation = json.loads((tmp_path / "fastppo-ours-seed0" / "evaluation.json").read_text())
+    assert set(evaluation) == {"0.25"} and all(len(r) == 2 for r in evaluation["0.25"].values())
+    meta = json.loads((tmp_path / "fastppo-ours-seed0" / "meta.json").read_text())
+    assert meta["evaluation_s"] > 0 and meta["evaluated_on"] and meta["seed"] == 0  # the run's own keys kept
+    assert not (tmp_path / "fastppo-ours-seed1" / "evaluation.json").exists()  # nothing saved: nothing to play
+    assert race_atari.evaluate_saved_runs(str(tmp_path), games=2) == []  # an evaluated run is not played again
+
+
 def test_a_runs_result_is_kept_before_its_evaluation_and_a_rerun_clears_the_last_ones(tmp_path):
     from types import SimpleNamespace
 
