@@ -247,16 +247,24 @@ def learner_seconds(run: dict) -> float:
     return float(np.median(times)) if times else float("nan")
 
 
+def checkpoint_module_dir(checkpoint: Any) -> Any:
+    """Where an RLlib algorithm checkpoint directory holds its trained (single-agent) module: a Path."""
+    from pathlib import Path
+
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / DEFAULT_MODULE_ID
+
+
 def load_policy_module(checkpoint: Any) -> tuple[Any, dict]:
     """The trained RLModule (single-agent) of an algorithm checkpoint directory and its run's ``env_config``."""
     import pickle
     from pathlib import Path
 
-    from ray.rllib.core import DEFAULT_MODULE_ID
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     checkpoint = Path(checkpoint)
-    module_dir = checkpoint / "learner_group" / "learner" / "rl_module" / DEFAULT_MODULE_ID
+    module_dir = checkpoint_module_dir(checkpoint)
     if not module_dir.is_dir():
         raise FileNotFoundError(f"{checkpoint} is not an RLlib algorithm checkpoint (no "
                                 f"{module_dir.relative_to(checkpoint)}); pass the checkpoint_NNNNNN folder that "

@@ -41,11 +41,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.common import build_with_every_runner, machine, usable_cpus
+from benchmarks.common import build_with_every_runner, checkpoint_module_dir, machine, usable_cpus
 from benchmarks.scaling.core_pinning import physical_cores
 from benchmarks.race.contenders import Task, sb3_learn
 from benchmarks.race.judge import EpisodeJudge, JudgeFiles, judged_id, process_start, reached
@@ -175,14 +175,11 @@ def evaluate_policy(module: Any, env_config: dict, games: int, device: str = "cp
             for sticky, by_policy in evaluate_protocols(module, protocols(env_config), games).items()}
 
 
-#: where a run's ``--checkpoint`` holds its trained module (RLlib's algorithm checkpoint layout)
-SAVED_MODULE = Path("checkpoint", "learner_group", "learner", "rl_module", "default_policy")
-
-
 def evaluate_saved_runs(directory: str, games: int, device: str = "cpu") -> list[Path]:
     """``--evaluate GAMES`` after the runs and on another machine: each run of ``directory`` with a saved module
-    (``--checkpoint``; at least its :data:`SAVED_MODULE` folder) and no ``evaluation.json`` has that module played as
-    ``--evaluate`` plays the final policy, under its ``meta.json``'s game and overrides, into ``evaluation.json``;
+    (``--checkpoint``; at least the module's folder, :func:`~benchmarks.common.checkpoint_module_dir`) and no
+    ``evaluation.json`` has that module played as ``--evaluate`` plays the final policy, under its ``meta.json``'s
+    game and overrides, into ``evaluation.json``;
     ``meta.json`` gains the evaluation's seconds and machine. A GPU box's time then goes to training alone (a Pong
     evaluation of 16 games took about 41 s of it a seed). The saved module is the learner's last one; ``--evaluate``
     plays the driver's copy, which is the same weights where the last iteration synced them. Returns the folders
@@ -191,15 +188,13 @@ def evaluate_saved_runs(directory: str, games: int, device: str = "cpu") -> list
 
     evaluated = []
     for folder, meta in directory_runs(directory):
-        if (folder / "evaluation.json").exists() or not (folder / SAVED_MODULE).is_dir():
+        module_dir = checkpoint_module_dir(folder / "checkpoint")
+        if (folder / "evaluation.json").exists() or not module_dir.is_dir():
             continue
-        began = time.monotonic()
-        module = RLModule.from_checkpoint(folder / SAVED_MODULE)
-        evaluation = evaluate_policy(module, env_config(meta.get("game", "pong"), meta.get("overrides")), games,
-                                     device)
-        (folder / "evaluation.json").write_text(json.dumps(evaluation))
-        meta |= {"evaluation_s": time.monotonic() - began, "evaluated_on": machine()}
-        write_meta(folder, meta)
+        game_config = env_config(meta.get("game", "pong"), meta.get("overrides"))
+        meta["evaluated_on"] = machine()
+        record_evaluation(folder, meta,
+                          lambda: evaluate_policy(RLModule.from_checkpoint(module_dir), game_config, games, device))
         evaluated.append(folder)
     return evaluated
 
@@ -304,12 +299,16 @@ def finish_rllib_run(algo: Any, result: dict, out: Path, meta: dict, start: floa
         meta["checkpoint"] = algo.save_to_path(str((out / "checkpoint").resolve()))
     write_meta(out, meta, start)
     if evaluate_games:
-        began = time.monotonic()
-        evaluation = evaluate_final_policy(algo, game_config or {}, evaluate_games, device)
-        (out / "evaluation.json").write_text(json.dumps(evaluation))
-        # what the evaluation costs a run after the clock (meta's "seconds" stays the run's)
-        meta["evaluation_s"] = time.monotonic() - began
-        write_meta(out, meta)
+        record_evaluation(out, meta, lambda: evaluate_final_policy(algo, game_config or {}, evaluate_games, device))
+
+
+def record_evaluation(out: Path, meta: dict, evaluate: Callable[[], dict]) -> None:
+    """``evaluate()``'s scores into ``out/evaluation.json`` and its seconds into ``meta.json``'s ``evaluation_s``:
+    what the evaluation costs a run after the clock (meta's ``seconds`` stays the run's)."""
+    began = time.monotonic()
+    (out / "evaluation.json").write_text(json.dumps(evaluate()))
+    meta["evaluation_s"] = time.monotonic() - began
+    write_meta(out, meta)
 
 
 def directory_runs(directory: str) -> list[tuple[Path, dict]]:

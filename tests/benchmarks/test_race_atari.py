@@ -199,6 +199,7 @@ def test_saved_modules_are_evaluated_later_with_their_runs_game_and_overrides(tm
     import gymnasium as gym
     import numpy as np
 
+    from benchmarks.common import checkpoint_module_dir
     from rl_speed.modules.pixels import NatureActorCritic
 
     module = NatureActorCritic(observation_space=gym.spaces.Box(0, 255, (84, 84, 4), np.uint8),
@@ -211,7 +212,7 @@ def test_saved_modules_are_evaluated_later_with_their_runs_game_and_overrides(tm
         meta = json.loads((folder / "meta.json").read_text())
         (folder / "meta.json").write_text(json.dumps(meta | {"game": "pong", "overrides": overrides}))
         if saved:
-            module.save_to_path(str(folder / race_atari.SAVED_MODULE))
+            module.save_to_path(str(checkpoint_module_dir(folder / "checkpoint")))
     assert race_atari.evaluate_saved_runs(str(tmp_path), games=2) == [tmp_path / "fastppo-ours-seed0"]
     evaluation = json.loads((tmp_path / "fastppo-ours-seed0" / "evaluation.json").read_text())
     assert set(evaluation) == {"0.25"} and all(len(r) == 2 for r in evaluation["0.25"].values())
