@@ -1,4 +1,5 @@
-"""`rl-speed bench atari-emulators`: ale-py's Pong emulators alone on one thread and on every usable CPU."""
+"""`rl-speed bench atari-emulators`: ale-py's Pong and Breakout emulators alone on one thread and on every usable
+CPU."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ def test_a_thread_steps_its_16_emulators_and_the_rates_count_every_emulator():
         env.close()
 
 
-def test_one_thread_and_every_thread_each_get_a_row():
+def test_one_thread_and_every_thread_of_each_game_get_a_row():
     rates = atari_emulators.measure(repeats=1, seconds=0.2, threads=2)
-    assert sorted(rates) == [1, 2] and all(rate > 0 for rate in rates.values())
+    assert sorted(rates) == [("breakout", 1), ("breakout", 2), ("pong", 1), ("pong", 2)]
+    assert all(rate > 0 for rate in rates.values())
+
+
+def test_the_game_asked_for_is_the_one_emulated():
+    env = atari_emulators.emulators(threads=1, game="breakout")
+    try:
+        assert env.single_action_space.n == 4  # Breakout's minimal action set; Pong's has 6
+    finally:
+        env.close()
