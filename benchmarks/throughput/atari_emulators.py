@@ -51,15 +51,14 @@ def env_steps_per_second(env, seconds: float, seed: int = 0) -> float:
     return steps / elapsed
 
 
-def measure(repeats: int = 3, seconds: float = 5.0, threads: int | None = None,
-            games: tuple[str, ...] = GAMES) -> dict[tuple[str, int], float]:
-    """Median env steps/s per (game, thread count): on 1 thread and on ``threads`` (default: every usable CPU),
-    rounds alternating."""
+def measure(repeats: int = 3, seconds: float = 5.0, threads: int | None = None) -> dict[tuple[str, int], float]:
+    """Median env steps/s per (game of :data:`GAMES`, thread count): on 1 thread and on ``threads`` (default: every
+    usable CPU), rounds alternating."""
     threads = threads or usable_cpus()
     counts = (1, threads) if threads > 1 else (1,)
     envs = {}
     try:
-        for game in games:
+        for game in GAMES:
             for k in counts:
                 envs[game, k] = emulators(k, game=game)
         rates: dict[tuple[str, int], list[float]] = {key: [] for key in envs}
