@@ -30,6 +30,8 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
                                          "'{\"cuda_graph\": false}'")
     parser.add_argument("--learners", help="learner-scaling: the learner counts to run, e.g. 1,4 (default 1, 2, 4, 8 "
                                            "up to the host's GPUs)")
+    parser.add_argument("--game", choices=["pong", "breakout"], help="atari-runner: the game its runner plays "
+                                                                     "(default pong)")
     return parser
 
 
@@ -52,9 +54,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
     module, _, function = REGISTRY[args.name].partition(":")
     run = getattr(importlib.import_module(module), function or "run")
     kwargs = {"device": args.device} if args.device != "cpu" else {}
-    flags = {"device": "--device", "checkpoint": "--checkpoint", "overrides": "--config", "learners": "--learners"}
+    flags = {"device": "--device", "checkpoint": "--checkpoint", "overrides": "--config", "learners": "--learners",
+             "game": "--game"}
     if args.checkpoint:
         kwargs["checkpoint"] = args.checkpoint
+    if args.game:
+        kwargs["game"] = args.game
     try:
         if args.config:
             kwargs["overrides"] = parse_json_flag("--config", args.config)

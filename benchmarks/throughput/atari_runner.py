@@ -1,6 +1,6 @@
-"""Where one Atari env runner's time goes: the Pong GPU preset's runner (``tuned_examples/atari_ppo_gpu.yaml``: 16
-ale-py emulators, 32-step rollouts, the Nature CNN acting on one CPU thread, as a remote runner with its one CPU
-gets it), built in this process and timed alone; with the env's lanes in one group (the plain loop: emulators, then
+"""Where one Atari env runner's time goes: the Pong GPU preset's runner, or with ``--game breakout`` the Breakout
+one (``tuned_examples/atari_ppo_gpu.yaml``: 16 ale-py emulators, 32-step rollouts, the Nature CNN acting on one CPU
+thread, as a remote runner with its one CPU gets it), built in this process and timed alone; with the env's lanes in one group (the plain loop: emulators, then
 the forward) and in two lane groups (``env_config: {lane_groups: 2}``: one group's emulators step while the other's
 actions are computed, :mod:`rl_speed.env_runners.overlapped`).
 
@@ -69,15 +69,16 @@ def _ms_per_step(env, steps: int, rng) -> float:
     return 1e3 * (time.perf_counter() - start) / steps
 
 
-def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2), device: str = "cpu") -> dict[int, dict]:
+def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2), device: str = "cpu",
+            game: str = "pong") -> dict[int, dict]:
     """Per lane-group count: medians over ``repeats`` rounds of ``CALLS`` ``sample_columns()`` calls (the runners'
     rounds alternating): ms per runner step (all lanes) blocked in the emulators, in inference and in the rest; env
-    steps/s; and for one group, a cProfile of its last round."""
+    steps/s; the game the runners' emulators played; and for one group, a cProfile of its last round."""
     import numpy as np
 
     from rl_speed.env_runners import stepping
 
-    runners = {k: _runner(lanes, lane_groups=k, device=device) for k in groups}
+    runners = {k: _runner(lanes, game=game, lane_groups=k, device=device) for k in groups}
     ale, rng = _ale_alone(runners[groups[0]]), np.random.default_rng(0)
     seconds = []  # (env, inference) seconds of each call, as the runner times them for RLlib's step timers
     logged = stepping.log_step_timers
@@ -116,6 +117,7 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2),
             out[k] = {key: statistics.median(r[key] for r in rounds[k]) for key in rounds[k][0]}
             out[k]["rest_ms"] = out[k]["total_ms"] - out[k]["env_ms"] - out[k]["inference_ms"]
             out[k]["ale_ms"] = statistics.median(ale_rounds)  # one figure for every row: the same lanes, alone
+            out[k]["game"] = runners[k].config.env_config["game"]
         if 1 in out:
             text = io.StringIO()
             pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
@@ -128,12 +130,13 @@ def measure(lanes: int = 16, repeats: int = 3, groups: tuple[int, ...] = (1, 2),
             runner.stop()
 
 
-def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu") -> str:
-    """``device``: where the runners' forward runs (``cuda``: the GPU preset's runner, its forward on the GPU)."""
+def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu", game: str = "pong") -> str:
+    """``device``: where the runners' forward runs (``cuda``: the GPU preset's runner, its forward on the GPU);
+    ``game``: the GPU preset's experiment whose runner is timed (``pong`` or ``breakout``)."""
     check_cuda("atari-runner", device, "time the runner with its forward on the CPU")
     # see _runner: a GPU runner needs a Ray; a private local one, not the default one RLlib would start
     with local_ray(num_cpus=1) if device == "cuda" else contextlib.nullcontext():
-        results = {n: measure(n, repeats, device=device) for n in lanes}
+        results = {n: measure(n, repeats, device=device, game=game) for n in lanes}
     rows, profiles = [], []
     for n, by_groups in results.items():
         plain = by_groups[1]["rate"]
@@ -144,9 +147,12 @@ def run(repeats: int = 3, lanes: tuple[int, ...] = (16,), device: str = "cpu") -
                         f"{alone:,.0f} |")
         profiles.append(f"cProfile, {n} lanes, one group (top 12 by own time):\n\n```\n"
                         f"{by_groups[1]['profile'].strip()}\n```")
+    played = {m["game"] for by_groups in results.values() for m in by_groups.values()}
+    flags = (" --device cuda" if device == "cuda" else "") + (f" --game {game}" if game != "pong" else "")
     return "\n".join([
-        "### One Atari env runner: where its time goes (Pong, the GPU preset's runner)", "",
-        f"Command: `rl-speed bench atari-runner --repeats {repeats}{' --device cuda' if device == 'cuda' else ''}` · "
+        f"### One Atari env runner: where its time goes ({', '.join(sorted(played)).title()}, the GPU preset's runner)",
+        "",
+        f"Command: `rl-speed bench atari-runner --repeats {repeats}{flags}` · "
         f"machine: {machine()} · date: {time.strftime('%Y-%m-%d')} · one BatchedEnvRunner per row in this process, "
         "torch threads 1, ale-py threads 1 per lane group, Nature CNN on the "
         f"{'GPU' if device == 'cuda' else 'CPU'}, 32-step rollouts, {CALLS} calls per round, median of {repeats} "

@@ -19,6 +19,12 @@ def test_one_round_splits_the_runners_time_and_times_ale_py_alone():
         assert m["env_ms"] + m["inference_ms"] <= m["total_ms"] * 1.01, (groups, m)
         assert m["ale_ms"] > 0
     assert "vector_env.py" in out[1]["profile"]  # the cProfile of the plain runner's last round
+    assert out[1]["game"] == "pong"  # the default
+
+
+def test_game_picks_the_presets_runner_for_that_game():
+    out = atari_runner.measure(lanes=4, repeats=1, groups=(1,), game="breakout")
+    assert out[1]["game"] == "breakout" and out[1]["rate"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is for CPU-only ones")

@@ -37,6 +37,22 @@ def test_config_and_learners_on_a_benchmark_without_them_are_refused(tmp_path, c
     assert "rl-speed bench gae takes no --learners" in capsys.readouterr().err
 
 
+def test_game_reaches_atari_runner_and_is_refused_elsewhere(tmp_path, monkeypatch, capsys):
+    from benchmarks.throughput import atari_runner
+
+    seen = {}
+
+    def fake_run(repeats, lanes=(16,), device="cpu", game="pong"):
+        seen.update(game=game)
+        return "| a |\n|---|\n| 1 |"
+
+    monkeypatch.setattr(atari_runner, "run", fake_run)
+    assert main(["bench", "atari-runner", "--game", "breakout", "--repeats", "1", "--output", str(tmp_path)]) == 0
+    assert seen == {"game": "breakout"}
+    assert main(["bench", "gae", "--game", "breakout", "--output", str(tmp_path)]) == USAGE_ERROR
+    assert "rl-speed bench gae takes no --game" in capsys.readouterr().err
+
+
 def test_learner_scaling_gets_config_keys_and_learner_counts(tmp_path, monkeypatch, capsys):
     from benchmarks.scaling import learner_scaling
 
