@@ -24,8 +24,11 @@ PY
 )
 read -r run module <<< "$where"
 mkdir -p "$policies"
-tar -C "$runs/$name/$run" -cf "$policies/$name-$seed.tar" "$module" \
-  || echo "race_keep.sh: no module kept: $runs/$name/$run/$module" >&2
+kept=$policies/$name-$seed.tar
+if ! tar -C "$runs/$name/$run" -cf "$kept" "$module" 2> /dev/null; then
+  rm -f "$kept"  # no half-written archive to be mistaken for a policy
+  echo "race_keep.sh: no module kept: $runs/$name/$run/$module is missing" >&2
+fi
 sleep 2  # the daemon's exit
 pgrep -a nvidia-cuda-mps || echo "no CUDA MPS daemon left"
 exit $rc
