@@ -1,8 +1,8 @@
 """Where one Atari env runner's time goes: the Pong GPU preset's runner, or with ``--game breakout`` the Breakout
 one (``tuned_examples/atari_ppo_gpu.yaml``: 16 ale-py emulators, 32-step rollouts, the Nature CNN acting on one CPU
-thread, as a remote runner with its one CPU gets it), built in this process and timed alone; with the env's lanes in one group (the plain loop: emulators, then
-the forward) and in two lane groups (``env_config: {lane_groups: 2}``: one group's emulators step while the other's
-actions are computed, :mod:`rl_speed.env_runners.overlapped`).
+thread, as a remote runner with its one CPU gets it), built in this process and timed alone; with the env's lanes
+in one group (the plain loop: emulators, then the forward) and in two lane groups (``env_config: {lane_groups: 2}``:
+one group's emulators step while the other's actions are computed, :mod:`rl_speed.env_runners.overlapped`).
 
 Per runner step of all lanes, in milliseconds: the time blocked in the emulators (``env.step``, or waiting for a lane
 group), the module's forward and action sampling (RLlib's ``rlmodule_inference_timer`` as the runner logs it), and
