@@ -219,6 +219,8 @@ def run_contender(contender: str, seed: int, max_seconds: float, directory: str,
         raise ValueError(f"race_atari: --full-time applies to the RLlib contenders; {contender} stops at the target.")
     if evaluate_games and contender in SB3_CONTENDERS:
         raise ValueError(f"race_atari: --evaluate plays an RLlib module; {contender} has none.")
+    if checkpoint and contender in SB3_CONTENDERS:
+        raise ValueError(f"race_atari: --checkpoint saves an RLlib algorithm; {contender} has none.")
     out = Path(directory) / f"{slug(contender)}-seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.csv"), *out.glob("*.json")]:  # a rerun replaces the previous run's log and results
@@ -491,10 +493,13 @@ def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], see
 def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         directory: str = "runs/race_atari", charts: str | None = "runs",
         contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong",
-        missing_only: bool = False, evaluate_games: int = 0) -> str:
+        missing_only: bool = False, evaluate_games: int = 0, full_time: bool = False,
+        checkpoint: bool = False) -> str:
     """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
     race-atari --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after
-    another; then the table of every run in ``directory`` (earlier seeds included). On a CPU the presets shrink to
+    another; then the table of every run in ``directory`` (earlier seeds included). ``evaluate_games``,
+    ``full_time`` and ``checkpoint`` go to the RLlib contenders (:func:`run_contender`'s); SB3's stop at the target
+    and keep no algorithm, as they do without them. On a CPU the presets shrink to
     its cores (:func:`benchmarks.throughput.atari.preset`), which says nothing about scores. Refuses, before anything starts,
     an unknown game or contender and a directory holding another game's runs."""
     import torch
@@ -519,12 +524,20 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         slots = [({"CUDA_VISIBLE_DEVICES": str(gpu)}, cpus) for gpu, cpus in enumerate(cpu_groups(count))]
     else:
         slots = [({}, sorted(os.sched_getaffinity(0)))]
-    run_pool([[sys.executable, "-m", "benchmarks.race.race_atari", "contender", contender, "--seed", str(seed),
-               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game,
-               *(["--evaluate", str(evaluate_games)] if evaluate_games and contender not in SB3_CONTENDERS else [])]
-              for seed, contender in jobs],
-             slots)
+    run_pool([contender_command(contender, seed, max_seconds, directory, device, game, evaluate_games, full_time,
+                                checkpoint) for seed, contender in jobs], slots)
     return section(directory, charts)
+
+
+def contender_command(contender: str, seed: int, max_seconds: float, directory: str, device: str, game: str,
+                      evaluate_games: int = 0, full_time: bool = False, checkpoint: bool = False) -> list[str]:
+    """The ``contender`` command of one of :func:`run`'s runs; the RLlib-only flags for the RLlib contenders."""
+    command = [sys.executable, "-m", "benchmarks.race.race_atari", "contender", contender, "--seed", str(seed),
+               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game]
+    if contender not in SB3_CONTENDERS:
+        command += [*(["--evaluate", str(evaluate_games)] if evaluate_games else []),
+                    *(["--full-time"] if full_time else []), *(["--checkpoint"] if checkpoint else [])]
+    return command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -560,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="RLlib contenders: play each final policy GAMES full games per protocol")
     race.add_argument("--missing-only", action="store_true",
                       help="skip the (seed, contender) runs the directory already holds finished")
+    race.add_argument("--full-time", action="store_true",
+                      help="RLlib contenders: train all --seconds, past the target (the evaluated policy is the cap's)")
+    race.add_argument("--checkpoint", action="store_true",
+                      help="RLlib contenders: save each final algorithm in its run's checkpoint/ (for `evaluate`)")
     later = commands.add_parser("evaluate", help="play the saved final policy of each run in a directory not yet "
                                 "evaluated (runs made with --checkpoint)")
     later.add_argument("dir")
@@ -584,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                           args.checkpoint, args.evaluate, start=process_start(), full_time=args.full_time)
     elif args.command == "race":
         print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
-                  args.first_seed, args.game, args.missing_only, args.evaluate))
+                  args.first_seed, args.game, args.missing_only, args.evaluate, args.full_time, args.checkpoint))
     elif args.command == "evaluate":
         evaluated = evaluate_saved_runs(args.dir, args.games, args.device)
         print("\n".join(str(folder) for folder in evaluated) or f"race_atari: no run in {args.dir} has a saved module "

@@ -498,3 +498,32 @@ def test_cuda_mps_without_its_daemon_is_refused_before_a_runs_files_are_replaced
     assert status == 2
     assert "`nvidia-cuda-mps-control` is not on PATH" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "fastppo-ours-seed0").iterdir()) == before
+
+
+def test_a_races_rllib_contenders_get_its_full_time_checkpoint_and_evaluate_flags_and_sb3s_do_not():
+    ours = race_atari.contender_command("FastPPO (ours)", 3, 600.0, "d", "cuda", "breakout", evaluate_games=16,
+                                        full_time=True, checkpoint=True)
+    assert ours[ours.index("contender"):] == [
+        "contender", "FastPPO (ours)", "--seed", "3", "--seconds", "600.0", "--dir", "d", "--device", "cuda",
+        "--game", "breakout", "--evaluate", "16", "--full-time", "--checkpoint"]
+    sb3 = race_atari.contender_command("SB3 PPO (zoo)", 3, 600.0, "d", "cuda", "breakout", evaluate_games=16,
+                                       full_time=True, checkpoint=True)
+    assert sb3[-2:] == ["--game", "breakout"]  # SB3 stops at the target and keeps no algorithm
+    plain = race_atari.contender_command("FastDQN (ours)", 0, 60.0, "d", "cpu", "pong")
+    assert plain[-2:] == ["--game", "pong"]
+
+
+def test_the_race_command_passes_full_time_and_checkpoint_to_the_race(monkeypatch):
+    calls = []
+    monkeypatch.setattr(race_atari, "run", lambda *args: calls.append(args) or "table")
+    race_atari.main(["race", "--game", "breakout", "--contenders", "FastPPO (ours)", "--first-seed", "1",
+                     "--repeats", "4", "--full-time", "--checkpoint", "--missing-only"])
+    (repeats, _, _, _, _, contenders, first_seed, game, missing_only, _, full_time, checkpoint), = calls
+    assert (repeats, contenders, first_seed, game, missing_only, full_time, checkpoint) == (
+        4, ("FastPPO (ours)",), 1, "breakout", True, True, True)
+
+
+def test_an_sb3_contender_asked_to_keep_its_algorithm_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="--checkpoint saves an RLlib algorithm; SB3 DQN \\(zoo\\) has none"):
+        race_atari.run_contender("SB3 DQN (zoo)", 0, 1.0, str(tmp_path), "cpu", checkpoint=True)
+    assert not (tmp_path / "sb3-dqn-zoo-seed0").exists()
