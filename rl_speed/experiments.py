@@ -213,21 +213,30 @@ def _mapping(source: str, name: str, spec: dict, key: str) -> dict:
     return value
 
 
-def _algorithm_config(source: str, name: str, algo_class: type, config: dict) -> Any:
+def unknown_config_key(algo_class: type, keys: Any) -> tuple[str, str, str] | None:
+    """The first of ``keys`` that is no config key of ``algo_class`` (RLlib's ``update_from_dict`` would set it as a
+    stray attribute that nothing reads), what is wrong and how to fix it; None where all are config keys."""
     default = algo_class.get_default_config()
     known = {k for k in vars(default) if not k.startswith("_")}
     for cls in type(default).__mro__:  # settable properties (read-only ones would crash update_from_dict)
         known |= {k for k, v in vars(cls).items() if isinstance(v, property) and v.fset is not None}
     known |= _ROUTED_CONFIG_KEYS
-    for key in config:
+    for key in keys:
         translated = default._translate_special_keys(key, warn_deprecated=False)
         if translated in known or translated in _SPECIAL_CONFIG_KEYS or translated.startswith("evaluation_"):
             continue
-        raise ExperimentFileError(
-            source, f"{name}.config.{key}",
-            f"`{key}` is not a config key of {algo_class.__name__}{_did_you_mean(key, sorted(known))}.",
-            f"use new-API-stack AlgorithmConfig keys (see {type(default).__name__}'s methods, "
-            "e.g. `num_env_runners`, `train_batch_size_per_learner`, `lr`).")
+        return (key, f"`{key}` is not a config key of {algo_class.__name__}{_did_you_mean(key, sorted(known))}.",
+                f"use new-API-stack AlgorithmConfig keys (see {type(default).__name__}'s methods, "
+                "e.g. `num_env_runners`, `train_batch_size_per_learner`, `lr`).")
+    return None
+
+
+def _algorithm_config(source: str, name: str, algo_class: type, config: dict) -> Any:
+    unknown = unknown_config_key(algo_class, config)
+    if unknown is not None:
+        key, problem, fix = unknown
+        raise ExperimentFileError(source, f"{name}.config.{key}", problem, fix)
+    default = algo_class.get_default_config()
     for key, value in config.items():  # RLlib does not type-check these; a string would fail deep inside a trial
         default_value = getattr(default, default._translate_special_keys(key, warn_deprecated=False), None)
         if isinstance(default_value, (int, float)) and not isinstance(default_value, bool) and isinstance(value, str):

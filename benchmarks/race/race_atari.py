@@ -101,12 +101,17 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
     contenders copy its settings."""
     from benchmarks.throughput.atari import preset, stock_config
     from rl_speed.algorithms.config import check_model_config_keys, update_config
+    from rl_speed.experiments import unknown_config_key
 
     task = GAMES[game]
     _, config = preset("DQN" if "DQN" in contender else "PPO", device, game=game)
     config.environment(judged_id(task.env_id, files), env_config={**config.env_config, **env_config(game, overrides)})
     config.debugging(seed=seed)
     rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
+    unknown = unknown_config_key(config.algo_class, rest)
+    if unknown is not None:  # RLlib would keep it as an attribute nothing reads
+        _, problem, fix = unknown
+        raise ValueError(f"race_atari: --config: {problem} Fix: {fix}")
     if rest:
         update_config(config, rest).validate()  # a bad key or value stops here, before Ray starts any runner
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
@@ -494,12 +499,13 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         directory: str = "runs/race_atari", charts: str | None = "runs",
         contenders: tuple[str, ...] = CONTENDERS, first_seed: int = 0, game: str = "pong",
         missing_only: bool = False, evaluate_games: int = 0, full_time: bool = False,
-        checkpoint: bool = False) -> str:
+        checkpoint: bool = False, overrides: dict | None = None) -> str:
     """Each of ``contenders`` for seeds ``first_seed .. first_seed + repeats - 1`` on ``game`` (``rl-speed bench
     race-atari --device cuda --repeats N``), on slots of one GPU each where the box has several, else one after
     another; then the table of every run in ``directory`` (earlier seeds included). ``evaluate_games``,
     ``full_time`` and ``checkpoint`` go to the RLlib contenders (:func:`run_contender`'s); SB3's stop at the target
-    and keep no algorithm, as they do without them. On a CPU the presets shrink to
+    and keep no algorithm, as they do without them. ``overrides`` (``--config``) go to every contender, each refused
+    before anything starts where it cannot take them (:func:`check_overrides`). On a CPU the presets shrink to
     its cores (:func:`benchmarks.throughput.atari.preset`), which says nothing about scores. Refuses, before anything starts,
     an unknown game or contender and a directory holding another game's runs."""
     import torch
@@ -511,6 +517,10 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
+    for contender in contenders:  # a key or value a contender cannot take stops the race before any run
+        check_overrides(contender, overrides)
+        if overrides and contender not in SB3_CONTENDERS:
+            rllib_contender_config(contender, JudgeFiles(directory, 0.0), first_seed, device, game, overrides)
     runs = directory_runs(directory)
     held = runs_game(runs, directory)
     if held not in (None, game):
@@ -525,15 +535,17 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     else:
         slots = [({}, sorted(os.sched_getaffinity(0)))]
     run_pool([contender_command(contender, seed, max_seconds, directory, device, game, evaluate_games, full_time,
-                                checkpoint) for seed, contender in jobs], slots)
+                                checkpoint, overrides) for seed, contender in jobs], slots)
     return section(directory, charts)
 
 
 def contender_command(contender: str, seed: int, max_seconds: float, directory: str, device: str, game: str,
-                      evaluate_games: int = 0, full_time: bool = False, checkpoint: bool = False) -> list[str]:
+                      evaluate_games: int = 0, full_time: bool = False, checkpoint: bool = False,
+                      overrides: dict | None = None) -> list[str]:
     """The ``contender`` command of one of :func:`run`'s runs; the RLlib-only flags for the RLlib contenders."""
     command = [sys.executable, "-m", "benchmarks.race.race_atari", "contender", contender, "--seed", str(seed),
-               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game]
+               "--seconds", str(max_seconds), "--dir", directory, "--device", device, "--game", game,
+               *(["--config", json.dumps(overrides)] if overrides else [])]
     if contender not in SB3_CONTENDERS:
         command += [*(["--evaluate", str(evaluate_games)] if evaluate_games else []),
                     *(["--full-time"] if full_time else []), *(["--checkpoint"] if checkpoint else [])]
@@ -577,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="RLlib contenders: train all --seconds, past the target (the evaluated policy is the cap's)")
     race.add_argument("--checkpoint", action="store_true",
                       help="RLlib contenders: save each final algorithm in its run's checkpoint/ (for `evaluate`)")
+    race.add_argument("--config", type=json.loads, default=None,
+                      help="JSON of config keys over every contender's preset (as the contender command's)")
+    race.add_argument("--cuda-mps", action="store_true",
+                      help="every run under one MPS daemon of the race's own (recorded in each run's meta.json)")
     later = commands.add_parser("evaluate", help="play the saved final policy of each run in a directory not yet "
                                 "evaluated (runs made with --checkpoint)")
     later.add_argument("dir")
@@ -589,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     import rl_speed
 
     rl_speed.register()
-    if args.command == "contender":
+    if args.command in ("contender", "race"):
         with contextlib.ExitStack() as stack:
             if args.cuda_mps:
                 try:
@@ -597,11 +613,13 @@ def main(argv: list[str] | None = None) -> int:
                 except CudaMpsError as e:
                     print(e, file=sys.stderr)
                     return 2
-            run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
-                          args.checkpoint, args.evaluate, start=process_start(), full_time=args.full_time)
-    elif args.command == "race":
-        print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
-                  args.first_seed, args.game, args.missing_only, args.evaluate, args.full_time, args.checkpoint))
+            if args.command == "contender":
+                run_contender(args.contender, args.seed, args.seconds, args.dir, args.device, args.game, args.config,
+                              args.checkpoint, args.evaluate, start=process_start(), full_time=args.full_time)
+            else:  # the contenders' processes inherit the daemon's variables (rl_speed.cuda_mps)
+                print(run(args.repeats, args.device, args.seconds, args.dir, args.charts, tuple(args.contenders),
+                          args.first_seed, args.game, args.missing_only, args.evaluate, args.full_time,
+                          args.checkpoint, args.config))
     elif args.command == "evaluate":
         evaluated = evaluate_saved_runs(args.dir, args.games, args.device)
         print("\n".join(str(folder) for folder in evaluated) or f"race_atari: no run in {args.dir} has a saved module "

@@ -513,14 +513,42 @@ def test_a_races_rllib_contenders_get_its_full_time_checkpoint_and_evaluate_flag
     assert plain[-2:] == ["--game", "pong"]
 
 
+def test_a_races_config_reaches_every_contenders_command():
+    config = {"env_config": {"repeat_action_probability": 0.25}}
+    for contender in ("FastPPO (ours)", "SB3 PPO (zoo)"):
+        command = race_atari.contender_command(contender, 0, 60.0, "d", "cpu", "pong", overrides=config)
+        assert command[command.index("--config") + 1] == json.dumps(config)
+    assert "--config" not in race_atari.contender_command("FastPPO (ours)", 0, 60.0, "d", "cpu", "pong")
+
+
+@pytest.mark.parametrize("contenders, config, message", [
+    (("FastPPO (ours)", "SB3 PPO (zoo)"), {"lr": 0.001}, "SB3 PPO \\(zoo\\) runs rl-zoo's settings"),
+    (("FastPPO (ours)",), {"lr_typo": 0.001}, "lr_typo"),
+])
+def test_a_race_with_config_a_contender_cannot_take_is_refused_before_any_run(tmp_path, monkeypatch, contenders,
+                                                                              config, message):
+    monkeypatch.setattr(race_atari, "run_pool", lambda *args: pytest.fail("a run started"))
+    with pytest.raises(ValueError, match=message):
+        race_atari.run(1, "cpu", 60.0, str(tmp_path), None, contenders, overrides=config)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_race_under_cuda_mps_without_its_daemon_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-driver"))  # no nvidia-cuda-mps-control on it
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.setattr(race_atari, "run", lambda *args: pytest.fail("the race started"))
+    assert race_atari.main(["race", "--contenders", "FastPPO (ours)", "--dir", str(tmp_path), "--cuda-mps"]) == 2
+    assert "`nvidia-cuda-mps-control` is not on PATH" in capsys.readouterr().err
+
+
 def test_the_race_command_passes_full_time_and_checkpoint_to_the_race(monkeypatch):
     calls = []
     monkeypatch.setattr(race_atari, "run", lambda *args: calls.append(args) or "table")
     race_atari.main(["race", "--game", "breakout", "--contenders", "FastPPO (ours)", "--first-seed", "1",
-                     "--repeats", "4", "--full-time", "--checkpoint", "--missing-only"])
-    (repeats, _, _, _, _, contenders, first_seed, game, missing_only, _, full_time, checkpoint), = calls
-    assert (repeats, contenders, first_seed, game, missing_only, full_time, checkpoint) == (
-        4, ("FastPPO (ours)",), 1, "breakout", True, True, True)
+                     "--repeats", "4", "--full-time", "--checkpoint", "--missing-only", "--config", '{"lr": 0.001}'])
+    (repeats, _, _, _, _, contenders, first_seed, game, missing_only, _, full_time, checkpoint, config), = calls
+    assert (repeats, contenders, first_seed, game, missing_only, full_time, checkpoint, config) == (
+        4, ("FastPPO (ours)",), 1, "breakout", True, True, True, {"lr": 0.001})
 
 
 def test_an_sb3_contender_asked_to_keep_its_algorithm_is_refused_before_anything_runs(tmp_path):
