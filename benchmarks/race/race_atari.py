@@ -517,16 +517,17 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise ValueError(f"race_atari: unknown contenders {unknown}; choose from {list(CONTENDERS)}.")
-    for contender in contenders:  # a key or value a contender cannot take stops the race before any run
+    for contender in contenders:
         check_overrides(contender, overrides)
-        if overrides and contender not in SB3_CONTENDERS:
-            rllib_contender_config(contender, JudgeFiles(directory, 0.0), first_seed, device, game, overrides)
     runs = directory_runs(directory)
     held = runs_game(runs, directory)
     if held not in (None, game):
         raise ValueError(f"race_atari: {directory} holds {held} runs; race {game} in another directory (one table "
                          "has one target).")
     check_env_installed(GAMES[game].env_id)  # without the [atari] extra: its install command, before anything starts
+    for contender in contenders:  # a key or value an RLlib contender cannot take stops the race before any run
+        if overrides and contender not in SB3_CONTENDERS:
+            rllib_contender_config(contender, JudgeFiles(directory, 0.0), first_seed, device, game, overrides)
     jobs = pending_jobs(runs, contenders, range(first_seed, first_seed + repeats), max_seconds, missing_only)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     count = max(1, min(gpus, len(jobs)))
