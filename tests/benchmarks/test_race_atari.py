@@ -343,8 +343,23 @@ def test_missing_only_queues_just_the_runs_the_directory_does_not_hold_finished(
         (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
     everything = [(0, "FastPPO (ours)"), (0, "SB3 PPO (zoo)"), (1, "FastPPO (ours)"), (1, "SB3 PPO (zoo)")]
     assert race_atari.pending_jobs(runs, contenders, range(0, 2), 600.0, missing_only=False) == everything
-    # a run under another time cap is not this race's: made again
+    # a run under another time cap, or with other --config overrides, is not this race's: made again
     assert race_atari.pending_jobs(runs, contenders, range(0, 2), 300.0, missing_only=True) == everything
+    assert race_atari.pending_jobs(runs, contenders, range(0, 2), 600.0, missing_only=True,
+                                   overrides={"lr": 0.001}) == everything
+
+
+def test_missing_only_counts_a_run_done_only_under_the_races_own_config(tmp_path):
+    config = {"lr": [[0, 0.00025], [8000000, 0.0]]}
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)])
+    folder = tmp_path / "fastppo-ours-seed0"
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps(meta | {"overrides": config}))
+    runs = race_atari.directory_runs(str(tmp_path))
+    assert race_atari.pending_jobs(runs, ("FastPPO (ours)",), range(0, 2), 600.0, True, config) == [
+        (1, "FastPPO (ours)")]
+    assert race_atari.pending_jobs(runs, ("FastPPO (ours)",), range(0, 2), 600.0, True) == [
+        (0, "FastPPO (ours)"), (1, "FastPPO (ours)")]  # the preset's race does not count the annealed run
 
 
 def test_a_contender_that_missed_on_some_seeds_also_gets_its_median_over_all_seeds(tmp_path):
