@@ -485,14 +485,16 @@ def run_pool(commands: list[list[str]], slots: list[tuple[dict, list[int]]], pol
 
 
 def pending_jobs(runs: list[tuple[Path, dict]], contenders: tuple[str, ...], seeds: range, max_seconds: float,
-                 missing_only: bool, overrides: dict | None = None) -> list[tuple[int, str]]:
+                 missing_only: bool, overrides: dict | None = None, full_time: bool = False) -> list[tuple[int, str]]:
     """The (seed, contender) runs to make, seed by seed; with ``missing_only``, less those ``runs`` finished (a
-    ``meta.json`` with ``ran``) under the same time cap and ``--config`` overrides, so seeds accumulate over several
-    sessions without rerunning any. A run stopped before its ``meta.json`` was written, one whose extra was missing,
-    or one with another cap or other overrides is made again (and replaced)."""
+    ``meta.json`` with ``ran``) under the same time cap, ``--config`` overrides and ``--full-time``, so seeds
+    accumulate over several sessions without rerunning any. A run stopped before its ``meta.json`` was written, one
+    whose extra was missing, or one made otherwise is made again (and replaced)."""
     done = {(meta["seed"], meta["contender"]) for _, meta in runs
             if meta.get("ran") and meta["max_seconds"] == max_seconds
-            and (meta.get("overrides") or None) == (overrides or None)} if missing_only else set()
+            and (meta.get("overrides") or None) == (overrides or None)
+            and bool(meta.get("full_time")) == (full_time and meta["contender"] not in SB3_CONTENDERS)
+            } if missing_only else set()
     return [(seed, contender) for seed in seeds for contender in contenders if (seed, contender) not in done]
 
 
@@ -530,7 +532,7 @@ def run(repeats: int = 1, device: str = "cpu", max_seconds: float = 600.0,
         if overrides and contender not in SB3_CONTENDERS:
             rllib_contender_config(contender, JudgeFiles(directory, 0.0), first_seed, device, game, overrides)
     jobs = pending_jobs(runs, contenders, range(first_seed, first_seed + repeats), max_seconds, missing_only,
-                        overrides)
+                        overrides, full_time)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     count = max(1, min(gpus, len(jobs)))
     if count > 1:

@@ -349,6 +349,16 @@ def test_missing_only_queues_just_the_runs_the_directory_does_not_hold_finished(
                                    overrides={"lr": 0.001}) == everything
 
 
+def test_missing_only_under_full_time_remakes_rllib_runs_that_stopped_at_the_target_but_not_sb3s(tmp_path):
+    _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)])  # stopped at the target (no full_time)
+    _write_run(tmp_path, "SB3 PPO (zoo)", [(1.0, 100, -21.0)])  # SB3 always stops there; --full-time skips it
+    runs = race_atari.directory_runs(str(tmp_path))
+    contenders = ("FastPPO (ours)", "SB3 PPO (zoo)")
+    assert race_atari.pending_jobs(runs, contenders, range(0, 1), 600.0, True, full_time=True) == [
+        (0, "FastPPO (ours)")]
+    assert race_atari.pending_jobs(runs, contenders, range(0, 1), 600.0, True) == []
+
+
 def test_missing_only_counts_a_run_done_only_under_the_races_own_config(tmp_path):
     config = {"lr": [[0, 0.00025], [8000000, 0.0]]}
     _write_run(tmp_path, "FastPPO (ours)", [(1.0, 100, -21.0)])
