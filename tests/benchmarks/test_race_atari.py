@@ -560,6 +560,25 @@ def test_a_race_with_config_a_contender_cannot_take_is_refused_before_any_run(tm
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_race_under_cuda_mps_runs_its_contenders_under_a_daemon_of_its_own_and_quits_it(tmp_path, monkeypatch):
+    driver = tmp_path / "driver"  # a stand-in for NVIDIA's control program: starts by making its pipe, logs its quit
+    driver.mkdir()
+    control = driver / "nvidia-cuda-mps-control"
+    control.write_text('#!/bin/sh\nif [ "$1" = -d ]; then touch "$CUDA_MPS_PIPE_DIRECTORY/control"; exit 0; fi\n'
+                       f'cat >> {tmp_path}/told; rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"\n')
+    control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{driver}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    seen = []
+    monkeypatch.setattr(race_atari, "run", lambda *args: seen.append(race_atari.running_daemon()) or "")
+    assert race_atari.main(["race", "--contenders", "FastPPO (ours)", "--dir", str(tmp_path), "--cuda-mps"]) == 0
+    (pipes,) = seen  # run_pool starts the contenders with os.environ, which names the daemon during the race
+    assert pipes is not None and pipes.name == "pipe"
+    assert (tmp_path / "told").read_text() == "quit\n"  # quit after the race, its folder removed
+    assert not pipes.exists() and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+
+
 def test_a_race_under_cuda_mps_without_its_daemon_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path / "no-driver"))  # no nvidia-cuda-mps-control on it
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
