@@ -108,11 +108,11 @@ def rllib_contender_config(contender: str, files: JudgeFiles, seed: int, device:
     config.environment(judged_id(task.env_id, files), env_config={**config.env_config, **env_config(game, overrides)})
     config.debugging(seed=seed)
     rest = {k: v for k, v in (overrides or {}).items() if k != "env_config"}
-    unknown = unknown_config_key(config.algo_class, rest)
-    if unknown is not None:  # RLlib would keep it as an attribute nothing reads
-        _, problem, fix = unknown
-        raise ValueError(f"race_atari: --config: {problem} Fix: {fix}")
     if rest:
+        unknown = unknown_config_key(config.algo_class, rest)
+        if unknown is not None:  # RLlib would keep it as an attribute nothing reads
+            _, problem, fix = unknown
+            raise ValueError(f"race_atari: --config: {problem} Fix: {fix}")
         update_config(config, rest).validate()  # a bad key or value stops here, before Ray starts any runner
     if contender in ("PPO (ours)", "DQN (ours)"):  # the scalar form: sync vectorization
         config = stock_config(contender[:3], config).debugging(seed=seed)
