@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,3 +59,22 @@ def test_a_read_only_batch_is_copied_to_the_device_without_torchs_warning(device
         tensor = _to_device(array, device, copy=False)
     assert tensor.dtype == torch.uint8 and np.array_equal(tensor.cpu().numpy(), array)
     assert tensor.data_ptr() != array.ctypes.data  # not shared: writes through it could not reach the batch
+
+
+def _resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads resident memory from Linux's /proc")
+def test_cpu_storage_takes_its_memory_as_slots_are_written_not_all_at_the_first_add():
+    capacity, frame = 40_000, (84, 84, 4)  # 1.1 GB of Atari frame stacks per column (obs, next_obs)
+    buffer = BatchedReplayBuffer(capacity, 4, device="cpu")
+    rng = np.random.default_rng(0)
+    batch = _batch(rng, t=8)
+    obs = rng.integers(0, 255, (9, 4, *frame), dtype=np.uint8)
+    batch.update(obs=obs[:-1], next_obs=obs[1:])
+    before = _resident_bytes()
+    buffer.add_batch(batch)
+    grown = _resident_bytes() - before
+    assert buffer.sample(4)["obs"].shape == (4, *frame)
+    assert grown < capacity * np.prod(frame) / 20, f"the first add took {grown / 1e9:.2f} GB"
