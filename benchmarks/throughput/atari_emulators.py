@@ -51,16 +51,17 @@ def env_steps_per_second(env, seconds: float, seed: int = 0) -> float:
     return steps / elapsed
 
 
-def measure(repeats: int = 3, seconds: float = 5.0, threads: int | None = None) -> dict[tuple[str, int], float]:
+def measure(repeats: int = 3, seconds: float = 5.0, threads: int | None = None,
+            lanes_per_thread: int = LANES_PER_THREAD) -> dict[tuple[str, int], float]:
     """Median env steps/s per (game of :data:`GAMES`, thread count): on 1 thread and on ``threads`` (default: every
-    usable CPU), rounds alternating."""
+    usable CPU), ``lanes_per_thread`` emulators per thread, rounds alternating."""
     threads = threads or usable_cpus()
     counts = (1, threads) if threads > 1 else (1,)
     envs = {}
     try:
         for game in GAMES:
             for k in counts:
-                envs[game, k] = emulators(k, game=game)
+                envs[game, k] = emulators(k, lanes_per_thread, game=game)
         rates: dict[tuple[str, int], list[float]] = {key: [] for key in envs}
         for key in interleaved(list(envs), repeats):
             rates[key].append(env_steps_per_second(envs[key], seconds))

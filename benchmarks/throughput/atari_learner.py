@@ -59,14 +59,16 @@ WARMUP = 3
 LIFETIME = 1_000_000  #: env steps sampled so far, as the lr schedule reads it (the preset's lr at 1M steps)
 
 
-def build(device: str, changes: dict, batch: int | None = None, epochs: int | None = None) -> Any:
+def build(device: str, changes: dict, batch: int | None = None, epochs: int | None = None,
+          lanes: int | None = None) -> Any:
     """The algorithm of :func:`learner_config`, built."""
-    return learner_config(device, changes, batch, epochs).build_algo()
+    return learner_config(device, changes, batch, epochs, lanes).build_algo()
 
 
-def learner_config(device: str, changes: dict, batch: int | None = None, epochs: int | None = None) -> Any:
-    """The preset's FastPPO with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
-    ``epochs`` shrink it (tests, the CPU)."""
+def learner_config(device: str, changes: dict, batch: int | None = None, epochs: int | None = None,
+                   lanes: int | None = None) -> Any:
+    """The preset's FastPPO with no remote runners (its local runner samples), ``changes`` on top; ``batch``,
+    ``epochs`` and ``lanes`` (the local runner's emulators) shrink it (tests, the CPU)."""
     from benchmarks.throughput.atari import preset
     from rl_speed.algorithms.config import update_config
 
@@ -74,6 +76,8 @@ def learner_config(device: str, changes: dict, batch: int | None = None, epochs:
     # what needs remote runners goes: async sampling, and the runners' captured action step (the local runner's
     # module stays on the CPU)
     config.env_runners(num_env_runners=0).training(async_sampling=False, cuda_graph_env_runners=False)
+    if lanes:
+        config.env_runners(num_envs_per_env_runner=lanes)
     # The one local runner's fragment covers the whole batch (the preset's batch comes from its 15 runners).
     batch = batch or config.train_batch_size_per_learner
     if batch:
@@ -138,7 +142,7 @@ def _update(algo: Any, batches: list[dict]) -> None:
 
 
 def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, batch: int | None = None,
-            epochs: int | None = None) -> dict[str, dict]:
+            epochs: int | None = None, lanes: int | None = None, warmup: int = WARMUP) -> dict[str, dict]:
     """Per row: its minibatch size, steps per update, and the median seconds per update over ``repeats`` rounds."""
     import torch
 
@@ -150,7 +154,7 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
             if changes is None:  # CPU_ROWS' halved minibatch, relative to the first row's (the shrunk preset's)
                 changes = {"minibatch_size": max(1, next(iter(algos.values())).config.minibatch_size // 2)}
             changes, flags[name] = split_flags(changes)
-            algos[name] = build(device, changes, batch, epochs)
+            algos[name] = build(device, changes, batch, epochs, lanes)
         data = sample_batch(next(iter(algos.values())))
         steps = env_steps(data)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -158,7 +162,7 @@ def measure(device: str = "cpu", repeats: int = 3, rows: dict | None = None, bat
         first = next(iter(algos))
         for name, algo in list(algos.items()):  # a row that cannot run (e.g. no compiler for inductor) says why
             try:
-                for _ in range(WARMUP):
+                for _ in range(warmup):
                     update(algo, copy.deepcopy(data), flags[name])
             except Exception as e:  # noqa: BLE001 (reported in the row; the other rows still run)
                 if name == first:  # the reference row: its failure ends the bench
@@ -220,9 +224,11 @@ DQN_CPU_ROWS = {"preset": {}, "batch x2": None}  # None: twice the preset's (shr
 DQN_REPLAY_CAPACITY = 200_000
 
 
-def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_steps: int | None = None) -> Any:
-    """FastDQN's Pong preset with no remote runners (its local runner samples), ``changes`` on top; ``batch`` and
-    ``iteration_steps`` (env steps per iteration, hence updates per learning phase) shrink it (tests, the CPU)."""
+def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_steps: int | None = None,
+              lanes: int | None = None) -> Any:
+    """FastDQN's Pong preset with no remote runners (its local runner samples), ``changes`` on top; ``batch``,
+    ``iteration_steps`` (env steps per iteration, hence updates per learning phase) and ``lanes`` (the local runner's
+    emulators) shrink it (tests, the CPU)."""
     from benchmarks.throughput.atari import preset
     from rl_speed.algorithms.config import update_config
 
@@ -234,6 +240,8 @@ def build_dqn(device: str, changes: dict, batch: int | None = None, iteration_st
         config.training(train_batch_size_per_learner=batch)
     if iteration_steps:
         config.reporting(min_sample_timesteps_per_iteration=iteration_steps)
+    if lanes:
+        config.env_runners(num_envs_per_env_runner=lanes)
     update_config(config, changes)
     return config.build_algo()
 
@@ -259,7 +267,8 @@ def learn_phase(algo: Any, updates: int) -> dict[str, float]:
 
 
 def measure_dqn(device: str = "cpu", repeats: int = 3, rows: dict | None = None, batch: int | None = None,
-                iteration_steps: int | None = None, fill: int = 20_000) -> dict[str, dict]:
+                iteration_steps: int | None = None, fill: int = 20_000, lanes: int | None = None,
+                warmup: int = WARMUP) -> dict[str, dict]:
     """Per row: its batch, updates per iteration and the median replay / learn seconds of one iteration's learning
     over ``repeats`` rounds; every row's replay holds the same ``fill`` env steps (at least one runner batch)."""
     rows = rows if rows is not None else (DQN_CUDA_ROWS if device == "cuda" else DQN_CPU_ROWS)
@@ -268,14 +277,14 @@ def measure_dqn(device: str = "cpu", repeats: int = 3, rows: dict | None = None,
         for name, changes in rows.items():
             if changes is None:  # DQN_CPU_ROWS' doubled batch, relative to the first row's (the shrunk preset's)
                 changes = {"train_batch_size_per_learner": 2 * next(iter(algos.values())).config.total_train_batch_size}
-            algos[name] = build_dqn(device, changes, batch, iteration_steps)
+            algos[name] = build_dqn(device, changes, batch, iteration_steps, lanes)
         first = next(iter(algos.values()))
         data: list[dict] = []
         while env_steps(data) < fill:
             data.append(first.env_runner.sample_columns())
         for algo in algos.values():
             fill_replay(algo, data)
-            for _ in range(WARMUP):
+            for _ in range(warmup):
                 learn_phase(algo, updates_per_iteration(algo.config))
         times: dict[str, list[dict]] = {name: [] for name in algos}
         for name in interleaved(list(algos), repeats):

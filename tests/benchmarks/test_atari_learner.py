@@ -11,21 +11,26 @@ from benchmarks.throughput import atari_learner
 
 pytest.importorskip("ale_py", reason="needs the [atari] extra: python -m pip install 'rl_speed[atari]'")
 
+# The CPU tests shrink the local runner to 4 emulators (ale-py builds and seeds one in about 0.2 s on 2 cores, the
+# preset's 16 in 3.5 s) and warm up once: they check what the bench does, not its figures.
+LANES = 4
+
 
 def test_every_row_updates_on_the_same_batch_with_its_own_minibatch(ray_session):
     rows = {"preset": {}, "half minibatch": None}
-    out = atari_learner.measure("cpu", repeats=1, rows=rows, batch=64, epochs=1)
+    out = atari_learner.measure("cpu", repeats=1, rows=rows, batch=64, epochs=1, lanes=LANES, warmup=1)
     assert list(out) == ["preset", "half minibatch"]
     preset, half = out["preset"], out["half minibatch"]
-    assert preset["batch"] == half["batch"] == 64  # 16 lanes x 4 steps, sampled once for both rows
+    assert preset["batch"] == half["batch"] == 64  # 4 lanes x 16 steps, sampled once for both rows
     assert half["minibatch"] == preset["minibatch"] // 2
     assert half["steps"] == 2 * preset["steps"]  # the same epochs over twice as many minibatches
     assert preset["seconds"] > 0 and half["seconds"] > 0
 
 
 def test_an_update_moves_the_learners_weights(ray_session):
-    algo = atari_learner.build("cpu", {}, batch=32, epochs=1)
+    algo = atari_learner.build("cpu", {}, batch=32, epochs=1, lanes=LANES)
     try:
+        assert algo.config.num_envs_per_env_runner == LANES
         module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
         before = [p.detach().clone() for p in module.parameters()]
         atari_learner.update(algo, atari_learner.sample_batch(algo))
@@ -72,7 +77,8 @@ def test_on_a_gpu_a_row_builds_with_a_minibatch_above_one_runners_fragment(ray_s
 
 def test_dqn_rows_learn_from_the_same_replay_with_their_own_batch(ray_session):
     rows = {"preset": {}, "batch x2": None}
-    out = atari_learner.measure_dqn("cpu", repeats=1, rows=rows, batch=16, iteration_steps=32, fill=32)
+    out = atari_learner.measure_dqn("cpu", repeats=1, rows=rows, batch=16, iteration_steps=8, fill=32, lanes=LANES,
+                                    warmup=1)
     preset, double = out["preset"], out["batch x2"]
     assert preset["filled"] == double["filled"] >= 32  # one runner's batches, added to both rows' replays
     assert (preset["batch"], double["batch"]) == (16, 32)
@@ -81,8 +87,9 @@ def test_dqn_rows_learn_from_the_same_replay_with_their_own_batch(ray_session):
 
 
 def test_the_dqn_row_without_normalize_obs_differs_from_the_preset_in_that_key_only(ray_session):
-    preset = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=32)
-    plain = atari_learner.build_dqn("cpu", atari_learner.WITHOUT_NORMALIZE_OBS, batch=16, iteration_steps=32)
+    preset = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=32, lanes=LANES)
+    plain = atari_learner.build_dqn("cpu", atari_learner.WITHOUT_NORMALIZE_OBS, batch=16, iteration_steps=32,
+                                    lanes=LANES)
     try:
         assert preset.config.model_config["normalize_obs"] is True
         assert plain.config.model_config == {k: v for k, v in preset.config.model_config.items()
@@ -95,8 +102,9 @@ def test_the_dqn_row_without_normalize_obs_differs_from_the_preset_in_that_key_o
 
 
 def test_a_dqn_learning_phase_samples_its_updates_and_moves_the_q_net(ray_session):
-    algo = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=32)
+    algo = atari_learner.build_dqn("cpu", {}, batch=16, iteration_steps=8, lanes=LANES)
     try:
+        assert algo.config.num_envs_per_env_runner == LANES
         atari_learner.fill_replay(algo, [algo.env_runner.sample_columns()])
         module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
         before = [p.detach().clone() for p in module.parameters()]
@@ -149,7 +157,7 @@ def test_a_rows_backend_flags_hold_for_its_updates_only(monkeypatch):
 
 def test_a_row_that_cannot_run_says_why_and_the_others_still_run(ray_session):
     rows = {"preset": {}, "broken": {"torch.backends.nosuch.flag": True}, "half minibatch": None}
-    out = atari_learner.measure("cpu", repeats=1, rows=rows, batch=64, epochs=1)
+    out = atari_learner.measure("cpu", repeats=1, rows=rows, batch=64, epochs=1, lanes=LANES, warmup=1)
     assert list(out) == ["preset", "broken", "half minibatch"]
     assert out["broken"] == {"failed": "AttributeError: module 'torch.backends' has no attribute 'nosuch'"}
     assert out["preset"]["seconds"] > 0 and out["half minibatch"]["seconds"] > 0
