@@ -7,6 +7,7 @@ Methods are checked with ``hasattr`` on the class; instance attributes, which on
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -117,8 +118,14 @@ PRIVATE = [
 
 def _assigned(cls: type, name: str) -> bool:
     pattern = re.compile(rf"self\.{re.escape(name)}\s*(:[^=]*)?=")
-    return any(pattern.search(inspect.getsource(base)) for base in cls.__mro__
+    return any(pattern.search(_source(base)) for base in cls.__mro__
                if base.__module__.startswith("ray.") and base is not object)
+
+
+@functools.cache
+def _source(cls: type) -> str:
+    """A class's source, read once: ``inspect.getsource`` parses the class's whole module on every call."""
+    return inspect.getsource(cls)
 
 
 def _missing(module_name: str, class_name: str, name: str, kind: str) -> bool:
